@@ -1,0 +1,3 @@
+from pglock.cli import main
+
+main()

@@ -1,0 +1,90 @@
+"""Where the database is: --dsn, PGLOCK_DSN, a config file, libpq's variables, or embedded."""
+
+from __future__ import annotations
+
+import os
+import tomllib
+from dataclasses import dataclass
+from pathlib import Path
+
+from pglock.errors import ConfigError, UsageError
+
+# libpq reads these itself; any of them set means "the operator configured a server".
+_LIBPQ_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGSERVICE", "PGDATABASE")
+DEFAULT_SCHEMA = "pglock"
+
+
+@dataclass(frozen=True)
+class Target:
+    """The database to use; conninfo None means the embedded server."""
+
+    conninfo: str | None
+    source: str
+
+    @property
+    def embedded(self) -> bool:
+        return self.conninfo is None
+
+
+def config_paths() -> list[Path]:
+    """Config files in the order they are searched."""
+    explicit = os.environ.get("PGLOCK_CONFIG")
+    if explicit:
+        return [Path(explicit)]
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return [Path(xdg) / "pglock" / "config.toml", Path("/etc/pglock/config.toml")]
+
+
+def read_config_file() -> tuple[Path | None, dict[str, object]]:
+    """The first config file that exists, parsed; (None, {}) when there is none."""
+    paths = config_paths()
+    for path in paths:
+        try:
+            with path.open("rb") as handle:
+                return path, tomllib.load(handle)
+        except FileNotFoundError:
+            continue
+        except (OSError, tomllib.TOMLDecodeError) as error:
+            raise ConfigError(f"config file {path}: {error}") from error
+    if os.environ.get("PGLOCK_CONFIG"):
+        raise ConfigError(f"config file {paths[0]} (PGLOCK_CONFIG) does not exist")
+    return None, {}
+
+
+def resolve_target(dsn_option: str | None) -> Target:
+    """The first DSN found wins: --dsn (or PGLOCK_DSN), config file, libpq variables."""
+    if dsn_option:
+        source = "PGLOCK_DSN" if dsn_option == os.environ.get("PGLOCK_DSN") else "--dsn"
+        return Target(dsn_option, source)
+    path, values = read_config_file()
+    dsn = values.get("dsn")
+    if dsn is not None:
+        if not isinstance(dsn, str) or not dsn:
+            raise ConfigError(f"config file {path}: dsn must be a non-empty string")
+        return Target(dsn, f"config file {path}")
+    if any(os.environ.get(name) for name in _LIBPQ_VARIABLES):
+        return Target("", "libpq environment (PGHOST, PGSERVICE, ...)")
+    return Target(None, "embedded")
+
+
+def configured_schema(schema_option: str | None) -> str:
+    """The schema name: --schema (or PGLOCK_SCHEMA), the config file, or `pglock`."""
+    schema = schema_option
+    if schema is None:
+        _, values = read_config_file()
+        value = values.get("schema", DEFAULT_SCHEMA)
+        schema = value if isinstance(value, str) else DEFAULT_SCHEMA
+    if not schema or len(schema.encode()) > 63 or "\x00" in schema:
+        raise UsageError(f"--schema: {schema!r} is not a usable schema name (1-63 bytes)")
+    return schema
+
+
+def check_job(job: str) -> str:
+    """A job name is 1-200 characters with no control characters; anything else is data."""
+    if not job:
+        raise UsageError("--job: the job name is empty")
+    if len(job) > 200:
+        raise UsageError(f"--job: the job name is {len(job)} characters long; the limit is 200")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in job):
+        raise UsageError(f"--job: the job name {job!r} contains a control character")
+    return job

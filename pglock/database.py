@@ -1,0 +1,123 @@
+"""Connections: explicit timeouts, a name in pg_stat_activity, retry on storms, clean errors."""
+
+from __future__ import annotations
+
+import contextlib
+import random
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg import conninfo as libpq_conninfo
+
+from pglock.config import Target
+from pglock.errors import ConfigError, DatabaseError
+
+# Server-side reasons a connection is refused for now, not for good. psycopg reports
+# "too many clients" without an SQLSTATE at connect time, so the text is all there is.
+_TRANSIENT = re.compile(
+    r"too many (clients|connections)|remaining connection slots|"
+    r"the database system is (starting up|shutting down|in recovery mode|not yet accepting)|"
+    r"connection refused|no such file or directory|timeout expired|"
+    r"server closed the connection unexpectedly|could not receive data|"
+    r"terminating connection|cannot connect now",
+    re.IGNORECASE,
+)
+# Client-side TCP settings so a vanished server is noticed within seconds, not hours.
+KEEPALIVES = {"keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2",
+              "keepalives_count": "3"}
+
+
+def check_conninfo(conninfo: str) -> None:
+    """Fail with one line if the DSN does not parse; never echo it (it may hold a password)."""
+    try:
+        libpq_conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as error:
+        raise ConfigError(f"the DSN does not parse: {_unquoted(first_line(error))}") from None
+
+
+def _unquoted(message: str) -> str:
+    """libpq quotes fragments of a DSN it cannot parse; they may hold a password."""
+    return re.sub(r'"[^"]{2,}"', '"…"', message)
+
+
+def describe(conninfo: str) -> str:
+    """host:port/dbname of a DSN, for humans; never the password."""
+    try:
+        params = libpq_conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError:
+        return "an unparseable DSN"
+    host = str(params.get("host") or params.get("hostaddr") or "localhost")
+    port = str(params.get("port") or "5432")
+    dbname = str(params.get("dbname") or params.get("user") or "")
+    return f"{host}:{port}/{dbname}"
+
+
+def is_transient(error: BaseException) -> bool:
+    """A refusal that may go away by itself: retry it with backoff."""
+    sqlstate = getattr(error, "sqlstate", None)
+    if sqlstate in ("53300", "57P03", "08006", "08001", "08004"):
+        return True
+    return bool(_TRANSIENT.search(str(error)))
+
+
+def first_line(error: BaseException) -> str:
+    """The server's or libpq's message, first line only."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def connect(conninfo: str, *, application_name: str, timeout: float,
+            extra: dict[str, Any] | None = None) -> psycopg.Connection[Any]:
+    """An autocommit connection, retried with full-jitter backoff within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    params = {**KEEPALIVES, **(extra or {})}
+    attempt = 0
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            return psycopg.connect(
+                conninfo, autocommit=True, application_name=application_name[:63],
+                connect_timeout=max(2, int(remaining + 0.999)), **params)
+        except psycopg.OperationalError as error:
+            remaining = deadline - time.monotonic()
+            if not is_transient(error) or remaining <= 0:
+                raise DatabaseError(
+                    f"cannot connect to {describe(conninfo)}: {first_line(error)}") from error
+            attempt += 1
+            time.sleep(min(remaining, random.uniform(0, min(2.0, 0.05 * 2**attempt))))
+        except psycopg.ProgrammingError as error:
+            raise ConfigError(f"the DSN is not usable: {_unquoted(first_line(error))}") from None
+
+
+@contextlib.contextmanager
+def translated(action: str) -> Iterator[None]:
+    """Turn psycopg's errors during `action` into one-line DatabaseErrors."""
+    try:
+        yield
+    except psycopg.errors.InsufficientPrivilege as error:
+        raise DatabaseError(f"{action}: permission denied ({first_line(error)})") from error
+    except psycopg.Error as error:
+        raise DatabaseError(f"{action}: {first_line(error)}") from error
+
+
+@contextlib.contextmanager
+def opened(target: Target) -> Iterator[str]:
+    """The conninfo of `target`; the embedded server is joined for the duration."""
+    if target.conninfo is not None:
+        check_conninfo(target.conninfo)
+        yield target.conninfo
+        return
+    from pglock import embedded
+
+    server = embedded.EmbeddedServer(embedded.default_data_dir())
+    try:
+        conninfo = server.join()
+    except embedded.EmbeddedError as error:
+        raise DatabaseError(str(error)) from error
+    try:
+        yield conninfo
+    finally:
+        server.leave()

@@ -1,0 +1,97 @@
+"""Renew the lease every ttl/3 from a thread, and know locally when it must count as lost.
+
+The server's expiry cannot come before the moment the last successful renewal was
+*sent* plus the ttl, so that moment, read on the local stopwatch, anchors the local
+deadline. Past `sent + ttl - margin - grace` the lock counts as lost: the command gets
+SIGTERM, and SIGKILL `grace` later, still `margin` before anyone else can take over.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any
+
+import psycopg
+
+from pglock import clock, lease
+from pglock.errors import PglockError, UsageError
+
+# A renewal that fails is retried at this pace until the local deadline.
+RETRY_INTERVAL = 1.0
+
+
+def margin(ttl: float) -> float:
+    """Allowance for scheduling stalls and clock-rate error."""
+    return max(1.0, ttl / 10)
+
+
+def grace(ttl: float, kill_after: float) -> float:
+    """Time between SIGTERM and SIGKILL when the lock is lost."""
+    return min(kill_after, ttl / 4)
+
+
+def check_ttl(ttl: float, kill_after: float) -> None:
+    """Refuse a ttl that leaves no room for a retried renewal before the local deadline."""
+    if ttl - margin(ttl) - grace(ttl, kill_after) < ttl / 3 + RETRY_INTERVAL:
+        raise UsageError(f"--ttl {ttl:g}s is too short: a renewal every ttl/3 and one retry "
+                         "must fit before the lock counts as lost (use 5s or more)")
+
+
+class Heartbeat:
+    """A renewal thread with a stop event; `lost_at` is the local deadline."""
+
+    def __init__(self, claim: lease.Lease, connect: Callable[[], psycopg.Connection[Any]],
+                 *, acquired_sent_at: float, kill_after: float,
+                 on_lost: Callable[[], None]) -> None:
+        self.claim = claim
+        self._connect = connect
+        self._on_lost = on_lost
+        self.last_sent = acquired_sent_at
+        self.interval = claim.ttl / 3
+        self.grace = grace(claim.ttl, kill_after)
+        self._slack = margin(claim.ttl) + self.grace
+        self.lost_reason: str | None = None
+        self._stop = threading.Event()
+        self._conn: psycopg.Connection[Any] | None = None
+        self._thread = threading.Thread(target=self._loop, name="pglock-heartbeat", daemon=True)
+
+    def lost_at(self) -> float:
+        """Stopwatch time at which the lock counts as lost without a renewal."""
+        return self.last_sent + self.claim.ttl - self._slack
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Stop renewing; a renewal stuck on the network is abandoned, not waited for."""
+        self._stop.set()
+        self._thread.join(timeout=0.5)
+
+    def _loop(self) -> None:
+        next_at = self.last_sent + self.interval
+        while not self._stop.wait(max(0.0, next_at - clock.now())):
+            sent = clock.now()
+            try:
+                ours = self._renew()
+            except (psycopg.Error, PglockError):
+                self._drop_connection()
+                next_at = clock.now() + RETRY_INTERVAL
+                continue
+            if not ours:
+                self.lost_reason = "the lock was taken over or cleared"
+                self._on_lost()
+                return
+            self.last_sent = sent
+            next_at = sent + self.interval
+        self._drop_connection()
+
+    def _renew(self) -> bool:
+        if self._conn is None or self._conn.closed:
+            self._conn = self._connect()
+        return lease.renew(self._conn, self.claim)
+
+    def _drop_connection(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None

@@ -1,0 +1,11 @@
+"""The advisory-lock key of a job, documented so a DBA can find it in pg_locks."""
+
+from __future__ import annotations
+
+import hashlib
+
+
+def advisory_key(schema: str, job: str) -> int:
+    """First 8 bytes of sha256("pglock:" + schema + ":" + job), as a signed bigint."""
+    digest = hashlib.sha256(f"pglock:{schema}:{job}".encode()).digest()
+    return int.from_bytes(digest[:8], "big", signed=True)

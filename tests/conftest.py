@@ -1,0 +1,120 @@
+"""Test fixtures: a real PostgreSQL (embedded, or PGLOCK_TEST_DSN) and real pglock processes."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+import time
+from collections.abc import Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from psycopg import sql
+
+from pglock.embedded import EmbeddedServer
+
+PGLOCK = str(Path(sys.executable).with_name("pglock"))
+TEST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
+                 "max_connections": "400"}
+
+# A developer's environment must not leak into the tests.
+for _name in list(os.environ):
+    if _name.startswith(("PGLOCK_", "PG")) and _name != "PGLOCK_TEST_DSN":
+        del os.environ[_name]
+
+
+@pytest.fixture(scope="session")
+def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer | None]:
+    """The embedded test server (None when PGLOCK_TEST_DSN names another one)."""
+    if os.environ.get("PGLOCK_TEST_DSN"):
+        yield None
+        return
+    server = EmbeddedServer(tmp_path_factory.mktemp("pg"), settings=TEST_SETTINGS)
+    server.join()
+    yield server
+    server.leave()
+
+
+@pytest.fixture(scope="session")
+def dsn(pg_server: EmbeddedServer | None) -> str:
+    return os.environ.get("PGLOCK_TEST_DSN") or (pg_server.conninfo if pg_server else "")
+
+
+@dataclass
+class Result:
+    """A finished pglock process."""
+
+    returncode: int
+    stdout: str
+    stderr: str
+
+
+class Env:
+    """One test's schema on the test server, and ways to run pglock against it."""
+
+    def __init__(self, dsn: str, schema: str, tmp_path: Path) -> None:
+        self.dsn = dsn
+        self.schema = schema
+        self.tmp = tmp_path
+        self.env = {**os.environ, "PGLOCK_DSN": dsn, "PGLOCK_SCHEMA": schema}
+
+    def popen(self, *args: str, env: dict[str, str] | None = None,
+              **kwargs: Any) -> subprocess.Popen[str]:
+        """Start a real pglock process."""
+        kwargs.setdefault("stdout", subprocess.PIPE)
+        kwargs.setdefault("stderr", subprocess.PIPE)
+        return subprocess.Popen([PGLOCK, *args], env={**self.env, **(env or {})}, text=True,
+                                **kwargs)
+
+    def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60,
+            **kwargs: Any) -> Result:
+        """Run pglock to completion."""
+        with self.popen(*args, env=env, **kwargs) as process:
+            stdout, stderr = process.communicate(timeout=timeout)
+        return Result(process.returncode, stdout or "", stderr or "")
+
+    def query(self, text: str, params: Sequence[Any] | dict[str, Any] | None = None) -> list[Any]:
+        """Rows of a query on the test schema ({schema} is replaced by its quoted name)."""
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            cursor = conn.execute(sql.SQL(text).format(schema=sql.Identifier(self.schema)),  # type: ignore[arg-type]
+                                  params)
+            return cursor.fetchall() if cursor.description else []
+
+    def runs(self, job: str) -> list[dict[str, Any]]:
+        """The job's history rows, oldest first."""
+        with psycopg.connect(self.dsn, autocommit=True) as conn:
+            cursor = conn.cursor(row_factory=psycopg.rows.dict_row)
+            cursor.execute(sql.SQL("SELECT * FROM {}.runs WHERE job = %s ORDER BY id").format(
+                sql.Identifier(self.schema)), (job,))
+            return cursor.fetchall()
+
+    def wait_for(self, predicate: Any, timeout: float = 30, what: str = "condition") -> None:
+        """Poll until predicate() is true."""
+        deadline = time.monotonic() + timeout
+        while not predicate():
+            if time.monotonic() > deadline:
+                raise AssertionError(f"timed out waiting for {what}")
+            time.sleep(0.05)
+
+
+@pytest.fixture
+def env(dsn: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[Env]:
+    schema = "t_" + re.sub(r"\W", "_", request.node.name)[:40].lower() + f"_{os.getpid()}"
+    environment = Env(dsn, schema, tmp_path)
+    yield environment
+    with psycopg.connect(dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def one_line(stderr: str) -> str:
+    """Assert stderr is exactly one line of pglock's own, without a traceback; return it."""
+    lines = stderr.splitlines()
+    assert len(lines) == 1, f"expected one line on stderr, got: {stderr!r}"
+    assert lines[0].startswith("pglock: "), lines[0]
+    assert "Traceback" not in stderr
+    return lines[0]
