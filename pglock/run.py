@@ -9,6 +9,7 @@ import random
 import selectors
 import signal
 import socket
+import threading
 import time
 from collections.abc import Iterator
 from contextlib import contextmanager
@@ -86,8 +87,13 @@ class SignalGate:
             if signum in STOPPING:
                 raise Interrupted(signum)
             return
+        if signum not in STOPPING:
+            # USR1/USR2 mean something to the command itself (reopen logs, dump state);
+            # its helpers would merely die of them.
+            self.child.signal_leader(signum)
+            return
         self.child.signal_group(signum, resume=False)
-        if signum in STOPPING and self.stop_signal is None:
+        if self.stop_signal is None:
             self.stop_signal = signum
 
     @contextmanager
@@ -229,19 +235,32 @@ def acquire(session: Session, claim: lease.Lease, options: RunOptions) -> float 
 
 def record_end(session: Session, claim: lease.Lease, run_id: int, result: RunResult,
                min_hold: float) -> str | None:
-    """Write the end of the run, retrying across reconnects; the last error if it never took."""
-    deadline = clock.now() + max(session.options.connect_timeout, claim.ttl)
-    while True:
-        try:
-            conn = session.get()
-            history.finish(conn, claim.schema, run_id, result)
-            lease.release(conn, claim, min_hold)
-            return None
-        except (psycopg.Error, PglockError) as error:
-            session.close()
-            if clock.now() >= deadline:
-                return database.first_line(error)
-            time.sleep(1.0)
+    """Write the end of the run, retrying across reconnects; why it never took, or None."""
+    patience = max(session.options.connect_timeout, claim.ttl)
+    deadline = clock.now() + patience
+    failure: list[str | None] = ["the database did not answer"]
+
+    def attempts() -> None:
+        while True:
+            try:
+                conn = session.get()
+                history.finish(conn, claim.schema, run_id, result)
+                lease.release(conn, claim, min_hold)
+                failure[0] = None
+                return
+            except (psycopg.Error, PglockError) as error:
+                failure[0] = database.first_line(error)
+                session.close()
+                if clock.now() >= deadline:
+                    return
+                time.sleep(1.0)
+
+    # A server that stopped answering (not refusing) would block a statement for good;
+    # the thread is given up on at the deadline, and pglock still exits.
+    writer = threading.Thread(target=attempts, name="pglock-record", daemon=True)
+    writer.start()
+    writer.join(patience + 1.0)
+    return failure[0]
 
 
 def command_environment(options: RunOptions, claim: lease.Lease, run_id: int) -> dict[str, str]:

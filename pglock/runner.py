@@ -17,7 +17,7 @@ from collections.abc import Callable, Mapping, Sequence
 
 from pglock.errors import ExitStatus, PglockError
 
-# Signals an operator may send pglock; they go on to the command's process group.
+# Signals an operator may send pglock; they go on to the command.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
              signal.SIGUSR1, signal.SIGUSR2)
 # Of those, the ones that mean "stop": SIGKILL follows after --kill-after.
@@ -80,6 +80,11 @@ class Child:
             os.killpg(self.pid, signum)
             if resume and signum not in (signal.SIGKILL, signal.SIGCONT):
                 os.killpg(self.pid, signal.SIGCONT)
+
+    def signal_leader(self, signum: int) -> None:
+        """Signal the command's own process only."""
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.kill(self.pid, signum)
 
     def poll(self) -> int | None:
         """The return code once the command has exited (-N for signal N)."""

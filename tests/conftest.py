@@ -86,11 +86,14 @@ class Env:
             return cursor.fetchall() if cursor.description else []
 
     def runs(self, job: str) -> list[dict[str, Any]]:
-        """The job's history rows, oldest first."""
+        """The job's history rows, oldest first (none before pglock created its schema)."""
         with psycopg.connect(self.dsn, autocommit=True) as conn:
             cursor = conn.cursor(row_factory=psycopg.rows.dict_row)
-            cursor.execute(sql.SQL("SELECT * FROM {}.runs WHERE job = %s ORDER BY id").format(
-                sql.Identifier(self.schema)), (job,))
+            try:
+                cursor.execute(sql.SQL("SELECT * FROM {}.runs WHERE job = %s ORDER BY id").format(
+                    sql.Identifier(self.schema)), (job,))
+            except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+                return []
             return cursor.fetchall()
 
     def wait_for(self, predicate: Any, timeout: float = 30, what: str = "condition") -> None:
