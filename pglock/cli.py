@@ -75,6 +75,9 @@ def run(
         help="The command to run, executed directly (no shell).")] = None,
     job: Annotated[str, typer.Option(
         "--job", "-j", help="Job name: one lock, one history.", show_default=False)] = "",
+    mode: Annotated[str, typer.Option(envvar="PGLOCK_MODE", metavar="lease|advisory",
+        help="Expiring row lock, or PostgreSQL session advisory lock (not through a "
+             "transaction-pooling PgBouncer).")] = "lease",
     ttl: Annotated[str, typer.Option(envvar="PGLOCK_TTL", metavar="DURATION",
         help="Lease length; renewed every ttl/3 while the command runs.")] = "60s",
     wait: Annotated[str, typer.Option(envvar="PGLOCK_WAIT", metavar="DURATION",
@@ -111,7 +114,7 @@ def run(
 
     try:
         options = RunOptions(
-            job=job, command=command or [], schema=config.configured_schema(schema),
+            job=job, command=command or [], schema=config.configured_schema(schema), mode=mode,
             ttl=parse_duration(ttl, option="--ttl"),
             wait=parse_duration(wait, option="--wait"),
             jitter=parse_duration(jitter, option="--jitter"),

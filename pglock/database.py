@@ -78,8 +78,11 @@ def connect(conninfo: str, *, application_name: str, timeout: float,
     while True:
         remaining = deadline - time.monotonic()
         try:
+            # No server-side prepared statements: a transaction-pooling PgBouncer would
+            # hand them to another client's session.
             return psycopg.connect(
-                conninfo, autocommit=True, application_name=application_name[:63],
+                conninfo, autocommit=True, prepare_threshold=None,
+                application_name=application_name[:63],
                 connect_timeout=max(2, int(remaining + 0.999)), **params)
         except psycopg.OperationalError as error:
             remaining = deadline - time.monotonic()

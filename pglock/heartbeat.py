@@ -1,4 +1,4 @@
-"""Renew the lease every ttl/3 from a thread, and know locally when it must count as lost.
+"""Renew the lock from a thread, and know locally when it must count as lost.
 
 The server's expiry cannot come before the moment the last successful renewal was
 *sent* plus the ttl, so that moment, read on the local stopwatch, anchors the local
@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, Protocol
 
 import psycopg
 
@@ -38,60 +38,84 @@ def check_ttl(ttl: float, kill_after: float) -> None:
                          "must fit before the lock counts as lost (use 5s or more)")
 
 
-class Heartbeat:
-    """A renewal thread with a stop event; `lost_at` is the local deadline."""
+class Renewer(Protocol):
+    """One way of keeping a lock: renew() is True while it is ours, raises when unsure."""
 
-    def __init__(self, claim: lease.Lease, connect: Callable[[], psycopg.Connection[Any]],
-                 *, acquired_sent_at: float, kill_after: float,
-                 on_lost: Callable[[], None]) -> None:
+    interval: float
+
+    def renew(self) -> bool: ...
+
+    def reset(self) -> None: ...
+
+    def lost_reason(self) -> str: ...
+
+
+class LeaseRenewer:
+    """Lease mode: renew the row every ttl/3 on a connection of the heartbeat's own."""
+
+    def __init__(self, claim: lease.Lease,
+                 connect: Callable[[], psycopg.Connection[Any]]) -> None:
         self.claim = claim
-        self._connect = connect
-        self._on_lost = on_lost
-        self.last_sent = acquired_sent_at
         self.interval = claim.ttl / 3
-        self.grace = grace(claim.ttl, kill_after)
-        self._slack = margin(claim.ttl) + self.grace
-        self.lost_reason: str | None = None
-        self._stop = threading.Event()
+        self._connect = connect
         self._conn: psycopg.Connection[Any] | None = None
-        self._thread = threading.Thread(target=self._loop, name="pglock-heartbeat", daemon=True)
 
-    def lost_at(self) -> float:
-        """Stopwatch time at which the lock counts as lost without a renewal."""
-        return self.last_sent + self.claim.ttl - self._slack
-
-    def start(self) -> None:
-        self._thread.start()
-
-    def stop(self) -> None:
-        """Stop renewing; a renewal stuck on the network is abandoned, not waited for."""
-        self._stop.set()
-        self._thread.join(timeout=0.5)
-
-    def _loop(self) -> None:
-        next_at = self.last_sent + self.interval
-        while not self._stop.wait(max(0.0, next_at - clock.now())):
-            sent = clock.now()
-            try:
-                ours = self._renew()
-            except (psycopg.Error, PglockError):
-                self._drop_connection()
-                next_at = clock.now() + RETRY_INTERVAL
-                continue
-            if not ours:
-                self.lost_reason = "the lock was taken over or cleared"
-                self._on_lost()
-                return
-            self.last_sent = sent
-            next_at = sent + self.interval
-        self._drop_connection()
-
-    def _renew(self) -> bool:
+    def renew(self) -> bool:
         if self._conn is None or self._conn.closed:
             self._conn = self._connect()
         return lease.renew(self._conn, self.claim)
 
-    def _drop_connection(self) -> None:
+    def reset(self) -> None:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def lost_reason(self) -> str:
+        return "the lock was taken over or cleared"
+
+
+class Heartbeat:
+    """A renewal thread with a stop event; `lost_at` is the local deadline."""
+
+    def __init__(self, renewer: Renewer, ttl: float, *, acquired_sent_at: float,
+                 kill_after: float, on_lost: Callable[[], None]) -> None:
+        self.renewer = renewer
+        self.ttl = ttl
+        self._on_lost = on_lost
+        self.last_sent = acquired_sent_at
+        self.grace = grace(ttl, kill_after)
+        self._slack = margin(ttl) + self.grace
+        self.lost_reason: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="pglock-heartbeat", daemon=True)
+
+    def lost_at(self) -> float:
+        """Stopwatch time at which the lock counts as lost without a renewal."""
+        return self.last_sent + self.ttl - self._slack
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> bool:
+        """Stop renewing; False if a renewal is stuck on the network (it is abandoned)."""
+        self._stop.set()
+        self._thread.join(timeout=0.5)
+        return not self._thread.is_alive()
+
+    def _loop(self) -> None:
+        next_at = self.last_sent + self.renewer.interval
+        while not self._stop.wait(max(0.0, next_at - clock.now())):
+            sent = clock.now()
+            try:
+                ours = self.renewer.renew()
+            except (psycopg.Error, PglockError):
+                self.renewer.reset()
+                next_at = clock.now() + RETRY_INTERVAL
+                continue
+            if not ours:
+                self.lost_reason = self.renewer.lost_reason()
+                self._on_lost()
+                return
+            self.last_sent = sent
+            next_at = sent + self.renewer.interval
+        self.renewer.reset()

@@ -33,6 +33,8 @@ ON CONFLICT (job) DO UPDATE SET
     expires_at = excluded.expires_at, released_at = NULL, backend_pid = excluded.backend_pid,
     cleared_at = NULL, cleared_by = NULL
 WHERE l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
+   -- Holding the advisory lock proves an advisory row's holder is gone.
+   OR (%(advisory_held)s AND l.mode = 'advisory' AND l.cleared_at IS NULL)
 RETURNING fencing_token
 """
 
@@ -68,16 +70,19 @@ class Lease:
     fencing_token: int | None = None
     backend_pid: int | None = None
 
-    def _params(self, **extra: Any) -> dict[str, Any]:
+    def params(self, **extra: Any) -> dict[str, Any]:
+        """The lease as query parameters."""
         return {"job": self.job, "mode": self.mode, "holder": self.holder,
                 "holder_pid": self.holder_pid, "holder_id": self.holder_id,
                 "fencing_token": self.fencing_token, "ttl": timedelta(seconds=self.ttl),
                 "backend_pid": self.backend_pid, **extra}
 
 
-def try_acquire(conn: psycopg.Connection[Any], lease: Lease) -> bool:
+def try_acquire(conn: psycopg.Connection[Any], lease: Lease, *,
+                advisory_held: bool = False) -> bool:
     """Take the job's lock if it is free (or expired); sets the lease's fencing token."""
-    row = conn.execute(query(ACQUIRE, lease.schema), lease._params()).fetchone()
+    row = conn.execute(query(ACQUIRE, lease.schema),
+                       lease.params(advisory_held=advisory_held)).fetchone()
     if row is None:
         return False
     lease.fencing_token = row[0]
@@ -86,10 +91,10 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Lease) -> bool:
 
 def renew(conn: psycopg.Connection[Any], lease: Lease) -> bool:
     """Extend the lease by its ttl from now; False means it is no longer ours."""
-    return conn.execute(query(RENEW, lease.schema), lease._params()).fetchone() is not None
+    return conn.execute(query(RENEW, lease.schema), lease.params()).fetchone() is not None
 
 
 def release(conn: psycopg.Connection[Any], lease: Lease, min_hold: float = 0) -> None:
     """Let the lease expire now, or at acquisition + min_hold if that is later."""
     conn.execute(query(RELEASE, lease.schema),
-                 lease._params(min_hold=timedelta(seconds=min_hold)))
+                 lease.params(min_hold=timedelta(seconds=min_hold)))

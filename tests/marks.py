@@ -3,6 +3,8 @@
 from __future__ import annotations
 
 import itertools
+import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -38,3 +40,32 @@ def assert_no_overlap(found: list[Interval]) -> None:
     """No command entered before the previous one left."""
     for earlier, later in itertools.pairwise(found):
         assert later.enter > earlier.leave, f"overlap: {earlier} and {later}"
+
+
+def held_command(marks: Path, release: Path) -> list[str]:
+    """Marks entry, holds until `release` exists, marks exit."""
+    script = ('echo "enter $PGLOCK_FENCING_TOKEN $(date +%s%N)" >> {marks}; '
+              'while [ ! -e {release} ]; do sleep 0.05; done; '
+              'echo "leave $PGLOCK_FENCING_TOKEN $(date +%s%N)" >> {marks}')
+    return ["sh", "-c", script.format(marks=marks, release=release)]
+
+
+def race(processes: list[subprocess.Popen[str]], release: Path,
+         timeout: float = 120) -> list[tuple[int, str, str]]:
+    """Let every contender but one finish, then release the one left; (code, out, err) sorted.
+
+    The winner holds the lock until every loser has given up, so "exactly one winner"
+    does not depend on how fast a loaded machine starts twenty interpreters.
+    """
+    deadline = time.monotonic() + timeout
+    while sum(p.poll() is None for p in processes) > 1:
+        if time.monotonic() > deadline:
+            release.touch()
+            running = sum(p.poll() is None for p in processes)
+            raise AssertionError(f"{running} contenders still running: more than one winner?")
+        time.sleep(0.05)
+    release.touch()
+    outputs = [p.communicate(timeout=timeout) for p in processes]
+    release.unlink()
+    ends = zip(processes, outputs, strict=True)
+    return sorted((p.returncode, out, err) for p, (out, err) in ends)

@@ -5,22 +5,18 @@ from __future__ import annotations
 import time
 
 from conftest import Env
-from marks import assert_no_overlap, intervals, marking_command
+from marks import assert_no_overlap, held_command, intervals, marking_command, race
 
 
 def test_many_contenders_many_rounds_never_overlap(env: Env) -> None:
-    marks = env.tmp / "marks"
+    marks, release = env.tmp / "marks", env.tmp / "release"
     rounds, contenders = 5, 20
     for round_number in range(rounds):
-        # The winner's command outlasts the time 20 interpreters need to start on 2 cores,
-        # so every contender of the round tries while the lock is held.
         processes = [env.popen("run", "--job", "shared", "--holder", f"host-{i}", "--",
-                               *marking_command(marks, 4))
+                               *held_command(marks, release))
                      for i in range(contenders)]
-        outputs = [p.communicate(timeout=60) for p in processes]
-        codes = sorted(p.returncode for p in processes)
-        assert codes == [0] + [75] * (contenders - 1), f"round {round_number}: {codes}"
-        assert all(out == ("", "") for out in outputs), outputs
+        results = race(processes, release)
+        assert results == [(0, "", "")] + [(75, "", "")] * (contenders - 1), round_number
     found = intervals(marks)
     assert len(found) == rounds
     assert_no_overlap(found)

@@ -316,9 +316,14 @@ def test_bad_input_is_a_usage_error(env: Env, args: list[str], mentions: str) ->
     assert run_count(env) == 0
 
 
-def test_dsn_that_does_not_parse_exits_125_without_the_password(env: Env) -> None:
-    result = env.run("run", "--job", "x", "--dsn", "host=x password=supersecret foo", "--",
-                     "true")
+@pytest.mark.parametrize("bad_dsn", [
+    pytest.param("host=x password=supersecret foo", id="keywords"),
+    # libpq quotes the whole URI in its message: "... in URI: \"postgresql://u:...\"".
+    pytest.param("postgresql://u:supersecret@[::1", id="uri"),
+])
+def test_dsn_that_does_not_parse_exits_125_without_the_password(env: Env, bad_dsn: str) -> None:
+    # (not named `dsn`: that is the fixture naming the test server)
+    result = env.run("run", "--job", "x", "--dsn", bad_dsn, "--", "true")
     assert result.returncode == 125, result
     assert result.stdout == ""
     line = one_line(result.stderr)

@@ -1,0 +1,144 @@
+"""Advisory mode: a session lock on a dedicated connection, plus the same `locks` row.
+
+The session lock ends the moment the holder's backend does (crash, reset, terminate,
+failover), so a contender holding it may take the row over at once. The row keeps
+lease-mode hosts out and shows the holder in `status`. A transaction-pooling
+PgBouncer would leave the lock on a server connection other clients then use: the
+session is checked against pg_locks at acquisition and at every heartbeat.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import psycopg
+
+from pglock import lease
+from pglock.errors import DatabaseError
+from pglock.keys import advisory_key
+from pglock.schema import query
+
+# How often the holder checks its session (and renews the row): the lock has no minimum
+# hold, so a dead session must be noticed within seconds, not a ttl.
+CHECK_INTERVAL = 1.5
+
+# The server drops a silent client within idle + interval * count seconds; the session
+# also refuses the role's idle timeouts, which would end it (and the lock) while idle.
+TAKE = """
+SELECT pg_try_advisory_lock(%(key)s), pg_backend_pid(),
+       set_config('tcp_keepalives_idle', %(idle)s, false),
+       set_config('tcp_keepalives_interval', '1', false),
+       set_config('tcp_keepalives_count', '3', false),
+       set_config('tcp_user_timeout', %(user_timeout)s, false),
+       set_config('idle_session_timeout', '0', false),
+       set_config('idle_in_transaction_session_timeout', '0', false)
+"""
+
+# A bigint key shows in pg_locks as classid (high half) and objid (low half), objsubid 1.
+_HOLDERS = """
+SELECT pid FROM pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+  AND ((classid::bigint << 32) | objid::bigint) = %(key)s
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+
+CHECK = f"""
+SELECT pg_backend_pid(), array(SELECT pid FROM ({_HOLDERS}) AS h)
+"""
+
+# Renew the row only while this very session still holds the lock.
+RENEW = f"""
+WITH held AS (
+    SELECT pg_backend_pid() IN (SELECT pid FROM ({_HOLDERS}) AS h) AS held
+), renewed AS (
+    UPDATE {{schema}}.locks
+    SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
+    WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
+      AND cleared_at IS NULL AND (SELECT held FROM held)
+    RETURNING 1
+)
+SELECT (SELECT held FROM held), EXISTS (SELECT 1 FROM renewed)
+"""
+
+
+def server_drop_bound(ttl: float) -> tuple[int, int]:
+    """(keepalive idle seconds, total seconds) within which the server drops a silent holder."""
+    idle = max(1, round(ttl / 10))
+    return idle, idle + 1 * 3
+
+
+def take(conn: psycopg.Connection[Any], claim: lease.Lease) -> bool:
+    """Try the session lock on `conn`, which must then stay the holder's own."""
+    idle, total = server_drop_bound(claim.ttl)
+    row = conn.execute(TAKE, {"key": advisory_key(claim.schema, claim.job), "idle": str(idle),
+                              "user_timeout": str(total * 1000)}).fetchone()
+    assert row is not None
+    claim.backend_pid = row[1]
+    return bool(row[0])
+
+
+def give_back(conn: psycopg.Connection[Any], claim: lease.Lease) -> None:
+    """Release the session lock (a lost race for the row)."""
+    conn.execute("SELECT pg_advisory_unlock(%s)", (advisory_key(claim.schema, claim.job),))
+
+
+def verify_session(conn: psycopg.Connection[Any], other: psycopg.Connection[Any],
+                   claim: lease.Lease) -> None:
+    """Our backend, seen again later and from a second connection, must hold the lock alone.
+
+    Behind a transaction pooler the next statement of `conn` may run on another server
+    session, and `other`'s on the very one that holds the lock.
+    """
+    key = {"key": advisory_key(claim.schema, claim.job)}
+    own = conn.execute(CHECK, key).fetchone()
+    row = other.execute(CHECK, key).fetchone()
+    assert own is not None and row is not None
+    other_pid, holders = row
+    if (holders != [claim.backend_pid] or own[0] != claim.backend_pid
+            or other_pid == claim.backend_pid):
+        raise DatabaseError(
+            "advisory mode needs a session of its own, and this connection is pooled "
+            "(PgBouncer in transaction or statement pooling?): connect directly or through "
+            "session pooling, or use --mode lease")
+
+
+class Session(Protocol):
+    """The holder's connection, reopened on demand."""
+
+    def get(self) -> psycopg.Connection[Any]: ...
+
+    def close(self) -> None: ...
+
+
+class AdvisoryRenewer:
+    """Check the session lock every CHECK_INTERVAL and renew the row with it."""
+
+    def __init__(self, claim: lease.Lease, session: Session) -> None:
+        self.claim = claim
+        self.interval = min(CHECK_INTERVAL, claim.ttl / 3)
+        self._session = session
+        self._reason = "the lock was taken over or cleared"
+        self._retake = False
+
+    def renew(self) -> bool:
+        conn = self._session.get()
+        if self._retake:
+            # The old session ended, and its lock with it: take it back unless someone was faster.
+            if not take(conn, self.claim):
+                self._reason = "another host took the advisory lock while we were cut off"
+                return False
+            self._retake = False
+        key = advisory_key(self.claim.schema, self.claim.job)
+        row = conn.execute(query(RENEW, self.claim.schema), self.claim.params(key=key)).fetchone()
+        held, renewed = row or (False, False)
+        if not held:
+            self._reason = ("this session no longer holds the advisory lock "
+                            "(a transaction-pooling PgBouncer?)")
+        return bool(held and renewed)
+
+    def reset(self) -> None:
+        self._session.close()
+        self._retake = True
+
+    def lost_reason(self) -> str:
+        return self._reason
