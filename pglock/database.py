@@ -80,8 +80,11 @@ def connect(conninfo: str, *, application_name: str, timeout: float,
         try:
             # No server-side prepared statements: a transaction-pooling PgBouncer would
             # hand them to another client's session.
+            # read-write: never a standby, where locks and rows would mean nothing; with
+            # several hosts listed, libpq moves on to the next.
             return psycopg.connect(
                 conninfo, autocommit=True, prepare_threshold=None,
+                target_session_attrs="read-write",
                 application_name=application_name[:63],
                 connect_timeout=max(2, int(remaining + 0.999)), **params)
         except psycopg.OperationalError as error:

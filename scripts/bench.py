@@ -443,6 +443,25 @@ def bench_memory(conninfo: str, floor: Path) -> None:
 # ---------------------------------------------------------------- 5. the herd
 
 
+# A contender that has started, as one of 200 hosts would be at the cron minute: its imports
+# done (typer's lazy pydantic included), it waits at the gate, then runs pglock's real main().
+PRELOADED = """
+import contextlib, importlib, os, sys
+for module in ("pglock.cli", "pglock.run", "typer._coercion", "typer._adapters"):
+    with contextlib.suppress(ImportError):
+        importlib.import_module(module)
+gate, *args = sys.argv[1:]
+with open("ready", "a") as ready:
+    ready.write("\\n")
+fd = os.open(gate, os.O_RDONLY)
+os.read(fd, 1)
+os.close(fd)
+sys.argv = ["pglock", *args]
+from pglock.cli import main
+main()
+"""
+
+
 @dataclass
 class Herd:
     """Contenders waiting at a FIFO gate, released together by one write."""
@@ -451,7 +470,17 @@ class Herd:
     processes: list[subprocess.Popen[Any]]
     gate_fd: int
 
-    def release(self) -> float:
+    def ready(self) -> int:
+        path = self.work / "ready"
+        return len(path.read_text()) if path.exists() else 0
+
+    def release(self, preloaded: bool) -> float:
+        """Once every contender waits at the gate (preloaded ones after their imports)."""
+        deadline = time.monotonic() + HERD_HOLD_MAX
+        while preloaded and self.ready() < len(self.processes):
+            if time.monotonic() > deadline or any(p.poll() is not None for p in self.processes):
+                raise BenchError(f"only {self.ready()} contenders reached the gate")
+            time.sleep(0.05)
         os.write(self.gate_fd, b"\n" * len(self.processes))
         return time.monotonic()
 
@@ -471,15 +500,20 @@ class Herd:
             self.gate_fd = -1
 
 
-def start_herd(stack: contextlib.ExitStack, work: Path, env: dict[str, str], size: int) -> Herd:
+def start_herd(stack: contextlib.ExitStack, work: Path, env: dict[str, str], size: int,
+               preloaded: bool) -> Herd:
     work.mkdir()
-    os.mkfifo(work / "gate")
-    # Held open read-write, so each contender's `read` finds its newline whenever it opens.
-    herd = Herd(work, [], os.open(work / "gate", os.O_RDWR))
+    gate = str(work / "gate")
+    os.mkfifo(gate)
+    # Held open read-write, so each contender finds its byte whenever it opens the gate.
+    herd = Herd(work, [], os.open(gate, os.O_RDWR))
     stack.callback(safely("stopping the herd", herd.stop))
     command = "echo $$ >> marks; while [ ! -e done ]; do sleep 0.05; done"
-    argv = ["sh", "-c", 'read -r _ < "$0" && exec "$@"', str(work / "gate"),
-            PGLOCK, "run", "--job", "herd", "--", "sh", "-c", command]
+    pglock_args = ["run", "--job", "herd", "--", "sh", "-c", command]
+    if preloaded:
+        argv = [PYTHON, "-c", PRELOADED, gate, *pglock_args]
+    else:
+        argv = ["sh", "-c", 'read -r _ < "$0" && exec "$@"', gate, PGLOCK, *pglock_args]
     for index in range(size):
         with open(work / f"stderr.{index}", "wb") as stderr:
             herd.processes.append(subprocess.Popen(
@@ -488,12 +522,49 @@ def start_herd(stack: contextlib.ExitStack, work: Path, env: dict[str, str], siz
     return herd
 
 
-def watch_herd(herd: Herd, released: float) -> dict[int, float]:
+@dataclass
+class ServerWatch:
+    """A throwaway server seen from outside, without taking one of its connection slots."""
+
+    data_dir: Path
+    peak: int = 0
+    log_offset: int = 0
+
+    def begin(self) -> None:
+        self.peak = 0
+        self.log_offset = (self.data_dir / "server.log").stat().st_size
+
+    def sample(self) -> None:
+        """Count the postmaster's client backends (titled `... [local] ...`) in /proc."""
+        postmaster = int((self.data_dir / "pgdata" / "postmaster.pid").read_text().split()[0])
+        count = 0
+        for entry in os.listdir("/proc"):
+            with contextlib.suppress(OSError, ValueError, IndexError):
+                if not entry.isdigit():
+                    continue
+                stat = Path("/proc", entry, "stat").read_text()
+                if int(stat.rsplit(")", 1)[1].split()[1]) != postmaster:
+                    continue
+                count += b"[local]" in Path("/proc", entry, "cmdline").read_bytes()
+        self.peak = max(self.peak, count)
+
+    def refusals(self) -> int:
+        """`too many clients` refusals logged since begin()."""
+        with open(self.data_dir / "server.log", "rb") as log:
+            log.seek(self.log_offset)
+            return log.read().count(b"too many clients")
+
+
+def watch_herd(herd: Herd, released: float, server: ServerWatch) -> dict[int, float]:
     """Exit times after the gate; the winner is let go once everyone else is decided."""
     exits: dict[int, float] = {}
     done = herd.work / "done"
+    sampled = 0.0
     while len(exits) < len(herd.processes):
         now = time.monotonic()
+        if now - sampled > 0.1:
+            server.sample()
+            sampled = now
         for index, process in enumerate(herd.processes):
             if index not in exits and process.poll() is not None:
                 exits[index] = now - released
@@ -518,12 +589,13 @@ def herd_errors(herd: Herd) -> list[str]:
     return lines[:5]
 
 
-def bench_herd(stack: contextlib.ExitStack, work: Path, conninfo: str, schema: str,
-               size: int, label: str) -> None:
+def bench_herd(stack: contextlib.ExitStack, work: Path, server: ServerWatch, conninfo: str,
+               schema: str, size: int, label: str, preloaded: bool = True) -> None:
     env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=schema)
-    herd = start_herd(stack, work, env, size)
-    released = herd.release()
-    exits = watch_herd(herd, released)
+    herd = start_herd(stack, work, env, size, preloaded)
+    server.begin()
+    released = herd.release(preloaded)
+    exits = watch_herd(herd, released, server)
     codes = Counter(process.returncode for process in herd.processes)
     losers = sorted(t for i, t in exits.items() if herd.processes[i].returncode != 0)
     others = size - codes[0] - codes[CONFLICT]
@@ -533,6 +605,8 @@ def bench_herd(stack: contextlib.ExitStack, work: Path, conninfo: str, schema: s
           f"  all losers out {decided:.1f} s after the gate"
           f" (median {statistics.median(losers) if losers else 0:.1f} s)"
           f"  expect 1 / {size - 1} / 0")
+    print(f"  server: peak {server.peak} client backends (sampled every 0.1 s),"
+          f" {server.refusals()} connections refused with 'too many clients'")
     for line in herd_errors(herd):
         print(f"  {line}")
     herd.stop()
@@ -544,9 +618,14 @@ def bench_herds(stack: contextlib.ExitStack, tmp: Path, size: int) -> None:
     init = timed([PGLOCK, "init", "-q"], env)
     if init.returncode != 0:
         raise BenchError(f"pglock init exited {init.returncode}: {init.stderr.strip()}")
-    print("herd server: max_connections=50, all contenders connect as superuser postgres")
-    bench_herd(stack, tmp / "herd-ready", conninfo, SCHEMA, size, "schema ready")
-    bench_herd(stack, tmp / "herd-cold", conninfo, SCHEMA + "_cold", size, "schema created")
+    print("herd server: max_connections=50, all contenders connect as superuser postgres;"
+          " released at a gate once their imports are done, as separate hosts would be,"
+          " except the last herd: plain processes released before exec")
+    server = ServerWatch(tmp / "pg-herd")
+    bench_herd(stack, tmp / "herd-ready", server, conninfo, SCHEMA, size, "schema ready")
+    bench_herd(stack, tmp / "herd-new", server, conninfo, SCHEMA + "_new", size, "new schema")
+    bench_herd(stack, tmp / "herd-exec", server, conninfo, SCHEMA, size, "processes",
+               preloaded=False)
 
 
 # ---------------------------------------------------------------- main
