@@ -62,8 +62,12 @@ SELECT (SELECT held FROM held), EXISTS (SELECT 1 FROM renewed)
 
 
 def server_drop_bound(ttl: float) -> tuple[int, int]:
-    """(keepalive idle seconds, total seconds) within which the server drops a silent holder."""
-    idle = max(1, round(ttl / 10))
+    """(keepalive idle, total): the server drops a silent holder `total` s after its last word.
+
+    The holder stops its command before that (its local deadline counts from this bound,
+    not the ttl), since an advisory contender may take over the moment the server lets go.
+    """
+    idle = max(3, round(ttl / 4))
     return idle, idle + 1 * 3
 
 
@@ -116,6 +120,7 @@ class AdvisoryRenewer:
     def __init__(self, claim: lease.Lease, session: Session) -> None:
         self.claim = claim
         self.interval = min(CHECK_INTERVAL, claim.ttl / 3)
+        self.horizon = min(claim.ttl, server_drop_bound(claim.ttl)[1])
         self._session = session
         self._reason = "the lock was taken over or cleared"
         self._retake = False

@@ -41,7 +41,10 @@ def check_ttl(ttl: float, kill_after: float) -> None:
 class Renewer(Protocol):
     """One way of keeping a lock: renew() is True while it is ours, raises when unsure."""
 
+    # Seconds between renewals, and how long after a successful renewal was sent the
+    # lock is certainly still ours.
     interval: float
+    horizon: float
 
     def renew(self) -> bool: ...
 
@@ -57,6 +60,7 @@ class LeaseRenewer:
                  connect: Callable[[], psycopg.Connection[Any]]) -> None:
         self.claim = claim
         self.interval = claim.ttl / 3
+        self.horizon = claim.ttl
         self._connect = connect
         self._conn: psycopg.Connection[Any] | None = None
 
@@ -77,21 +81,20 @@ class LeaseRenewer:
 class Heartbeat:
     """A renewal thread with a stop event; `lost_at` is the local deadline."""
 
-    def __init__(self, renewer: Renewer, ttl: float, *, acquired_sent_at: float,
-                 kill_after: float, on_lost: Callable[[], None]) -> None:
+    def __init__(self, renewer: Renewer, *, acquired_sent_at: float, kill_after: float,
+                 on_lost: Callable[[], None]) -> None:
         self.renewer = renewer
-        self.ttl = ttl
         self._on_lost = on_lost
         self.last_sent = acquired_sent_at
-        self.grace = grace(ttl, kill_after)
-        self._slack = margin(ttl) + self.grace
+        self.grace = grace(renewer.horizon, kill_after)
+        self._slack = margin(renewer.horizon) + self.grace
         self.lost_reason: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="pglock-heartbeat", daemon=True)
 
     def lost_at(self) -> float:
         """Stopwatch time at which the lock counts as lost without a renewal."""
-        return self.last_sent + self.ttl - self._slack
+        return self.last_sent + self.renewer.horizon - self._slack
 
     def start(self) -> None:
         self._thread.start()

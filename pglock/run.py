@@ -356,7 +356,7 @@ def _run_locked(session: Session, claim: lease.Lease, options: RunOptions, gate:
         renewer = advisory.AdvisoryRenewer(claim, session)
     else:
         renewer = LeaseRenewer(claim, lambda: session.connect(claim.ttl / 3, claim.ttl / 3))
-    heartbeat = Heartbeat(renewer, claim.ttl, acquired_sent_at=sent,
+    heartbeat = Heartbeat(renewer, acquired_sent_at=sent,
                           kill_after=options.kill_after, on_lost=gate.wake)
     heartbeat.start()
     supervision = Supervision(child, heartbeat, gate, options)

@@ -93,7 +93,7 @@ def private_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
 def test_server_restart_mid_run_is_survived(env: Env, private_server: EmbeddedServer,
                                             mode: str) -> None:
     env.dsn = env.env["PGLOCK_DSN"] = private_server.conninfo
-    holder = env.popen("run", "--job", "restart", "--mode", mode, "--ttl", "10s", "--",
+    holder = env.popen("run", "--job", "restart", "--mode", mode, "--ttl", "30s", "--",
                        "sleep", "6")
     env.wait_for(lambda: env.runs("restart"), what="the run row")
     time.sleep(1)

@@ -1,0 +1,153 @@
+"""Measure pglock's fault timings on real processes; prints figures, asserts nothing.
+
+1. Takeover after SIGKILL of the holder, lease and advisory mode: from the kill to the
+   first contender that runs.
+2. A silent advisory holder (its host cut off by blackhole routes, in a network
+   namespace of our own): from the cut to the server freeing the lock, and to the
+   holder's command being stopped. Needs root and iproute2; skipped with a reason else.
+"""
+
+from __future__ import annotations
+
+import argparse
+import contextlib
+import os
+import shutil
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import psycopg
+
+from pglock.embedded import EmbeddedServer
+from pglock.keys import advisory_key
+
+PGLOCK = str(Path(sys.executable).with_name("pglock"))
+NETNS, HOST_IF, NS_IF = "pglock-measure", "vpglock0", "vpglock1"
+SERVER_IP, CLIENT_IP = "10.231.0.1", "10.231.0.2"
+
+
+def run_ok(*args: str) -> None:
+    subprocess.run(args, check=True, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+
+
+def wait_for_run(dsn: str, schema: str, job: str, timeout: float = 30) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        with contextlib.suppress(psycopg.Error), psycopg.connect(dsn, autocommit=True) as conn:
+            found = conn.execute(f'SELECT 1 FROM "{schema}".runs WHERE job = %s', (job,))
+            if found.fetchone():
+                return
+        time.sleep(0.05)
+    raise SystemExit(f"no run of {job} appeared")
+
+
+def takeover(dsn: str, mode: str, ttl: int) -> float:
+    """Seconds from SIGKILL of the holder to a contender's successful run."""
+    env = {**os.environ, "PGLOCK_DSN": dsn, "PGLOCK_SCHEMA": "measure"}
+    job = f"takeover-{mode}"
+    holder = subprocess.Popen([PGLOCK, "run", "--job", job, "--mode", mode, "--ttl", f"{ttl}s",
+                               "--", "sleep", "600"], env=env)
+    wait_for_run(dsn, "measure", job)
+    holder.kill()
+    holder.wait()
+    killed = time.monotonic()
+    while subprocess.run([PGLOCK, "run", "--job", job, "--mode", mode, "--", "true"],
+                         env=env).returncode != 0:
+        time.sleep(0.05)
+    return time.monotonic() - killed
+
+
+@contextlib.contextmanager
+def namespace() -> Iterator[None]:
+    """A host of our own: a network namespace joined to this one by a veth pair."""
+    run_ok("ip", "netns", "add", NETNS)
+    try:
+        run_ok("ip", "link", "add", HOST_IF, "type", "veth", "peer", "name", NS_IF)
+        run_ok("ip", "link", "set", NS_IF, "netns", NETNS)
+        run_ok("ip", "addr", "add", f"{SERVER_IP}/24", "dev", HOST_IF)
+        run_ok("ip", "link", "set", HOST_IF, "up")
+        inside = ("ip", "netns", "exec", NETNS)
+        run_ok(*inside, "ip", "addr", "add", f"{CLIENT_IP}/24", "dev", NS_IF)
+        run_ok(*inside, "ip", "link", "set", NS_IF, "up")
+        run_ok(*inside, "ip", "link", "set", "lo", "up")
+        yield
+    finally:
+        subprocess.run(["ip", "route", "del", "blackhole", f"{CLIENT_IP}/32"],
+                       stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(["ip", "link", "del", HOST_IF], stderr=subprocess.DEVNULL, check=False)
+        subprocess.run(["ip", "netns", "del", NETNS], stderr=subprocess.DEVNULL, check=False)
+
+
+def silent_holder(tmp: Path, ttl: int) -> tuple[float, float]:
+    """(seconds to the server freeing the lock, seconds to the command being stopped)."""
+    server = EmbeddedServer(tmp / "tcp", settings={"listen_addresses": SERVER_IP,
+                                                   "fsync": "off"})
+    local = server.join()
+    try:
+        with (server.pgdata / "pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {CLIENT_IP}/32 trust\n")
+        with psycopg.connect(local, autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+        marks = tmp / "stopped"
+        remote = f"host={SERVER_IP} port=5432 dbname=postgres user=postgres"
+        holder = subprocess.Popen(
+            ["ip", "netns", "exec", NETNS, PGLOCK, "run", "--job", "silent", "--mode", "advisory",
+             "--ttl", f"{ttl}s", "--dsn", remote, "--schema", "measure", "--",
+             "sh", "-c", f"trap 'date +%s%N > {marks}; exit 1' TERM; sleep 600 & wait"],
+            stderr=subprocess.DEVNULL)
+        wait_for_run(local, "measure", "silent")
+        key = advisory_key("measure", "silent")
+        time.sleep(2)
+        # Drop everything both ways, silently: no RST, no ICMP.
+        run_ok("ip", "route", "add", "blackhole", f"{CLIENT_IP}/32")
+        run_ok("ip", "netns", "exec", NETNS, "ip", "route", "add", "blackhole", f"{SERVER_IP}/32")
+        cut, cut_ns = time.monotonic(), time.time_ns()
+        with psycopg.connect(local, autocommit=True) as conn:
+            while conn.execute("SELECT 1 FROM pg_locks WHERE locktype = 'advisory' AND granted "
+                               "AND ((classid::bigint << 32) | objid::bigint) = %s",
+                               (key,)).fetchone():
+                if time.monotonic() - cut > 120:
+                    raise SystemExit("the server never freed the lock")
+                time.sleep(0.05)
+        freed = time.monotonic() - cut
+        deadline = time.monotonic() + 120
+        while not marks.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        stopped = (int(marks.read_text()) - cut_ns) / 1e9 if marks.exists() else float("nan")
+        holder.kill()
+        holder.wait()
+        return freed, stopped
+    finally:
+        server.leave()
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__)
+    parser.add_argument("--ttl", type=int, default=10, help="ttl of the holders (seconds)")
+    args = parser.parse_args()
+    with tempfile.TemporaryDirectory() as name:
+        tmp = Path(name)
+        os.chmod(tmp, 0o755)
+        server = EmbeddedServer(tmp / "local", settings={"fsync": "off"})
+        dsn = server.join()
+        try:
+            for mode in ("lease", "advisory"):
+                print(f"takeover after SIGKILL, {mode:8} mode, ttl {args.ttl}s: "
+                      f"{takeover(dsn, mode, args.ttl):.2f} s")
+        finally:
+            server.leave()
+        if os.geteuid() != 0 or shutil.which("ip") is None:
+            print("silent advisory holder: skipped (needs root and iproute2)")
+            return
+        with namespace():
+            freed, stopped = silent_holder(tmp, args.ttl)
+        print(f"silent advisory holder, ttl {args.ttl}s: server freed the lock {freed:.2f} s "
+              f"after the cut; the holder's command was stopped {stopped:.2f} s after it")
+
+
+if __name__ == "__main__":
+    main()
