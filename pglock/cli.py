@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
 import traceback
@@ -14,6 +15,9 @@ import typer
 from pglock import __version__
 from pglock.durations import parse_duration
 from pglock.errors import ExitStatus, Interrupted, PglockError
+
+# The variable a shell's completion script sets when it asks pglock for candidates.
+COMPLETE_VAR = "_PGLOCK_COMPLETE"
 
 app = typer.Typer(
     name="pglock",
@@ -32,7 +36,7 @@ Dsn = Annotated[str | None, typer.Option(
     help="PostgreSQL connection string or URI (default: config file, libpq variables, "
          "else the embedded server).")]
 Schema = Annotated[str | None, typer.Option(
-    "--schema", envvar="PGLOCK_SCHEMA", show_default=False,
+    "--schema", envvar="PGLOCK_SCHEMA", show_default=False, metavar="NAME",
     help="Schema holding pglock's tables [default: pglock].")]
 ConnectTimeout = Annotated[str, typer.Option(
     "--connect-timeout", envvar="PGLOCK_CONNECT_TIMEOUT", metavar="DURATION",
@@ -74,7 +78,8 @@ def run(
         metavar="-- COMMAND [ARG]...", show_default=False,
         help="The command to run, executed directly (no shell).")] = None,
     job: Annotated[str, typer.Option(
-        "--job", "-j", help="Job name: one lock, one history.", show_default=False)] = "",
+        "--job", "-j", metavar="NAME", help="Job name: one lock, one history.",
+        show_default=False)] = "",
     mode: Annotated[str, typer.Option(envvar="PGLOCK_MODE", metavar="lease|advisory",
         help="Expiring row lock, or PostgreSQL session advisory lock (not through a "
              "transaction-pooling PgBouncer).")] = "lease",
@@ -94,9 +99,10 @@ def run(
         help="Grace between SIGTERM and SIGKILL.")] = "10s",
     on_lost: Annotated[str, typer.Option(envvar="PGLOCK_ON_LOST", metavar="kill|continue",
         help="What to do when the lock is lost while the command runs.")] = "kill",
-    conflict_exit_code: Annotated[int, typer.Option(envvar="PGLOCK_CONFLICT_EXIT_CODE",
+    conflict_exit_code: Annotated[int, typer.Option(envvar="PGLOCK_CONFLICT_EXIT_CODE", metavar="N",
         help="Exit code when the lock is held elsewhere.")] = int(ExitStatus.CONFLICT),
     holder: Annotated[str | None, typer.Option(envvar="PGLOCK_HOLDER", show_default=False,
+        metavar="NAME",
         help="Identity recorded and shown [default: host name].")] = None,
     dsn: Dsn = None,
     schema: Schema = None,
@@ -188,6 +194,10 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: one line on stderr for bad input, never a traceback."""
     from typer import _click
 
+    if COMPLETE_VAR in os.environ:
+        from typer._completion_classes import completion_init
+
+        completion_init()
     command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="pglock", standalone_mode=False)
