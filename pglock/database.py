@@ -39,8 +39,11 @@ def check_conninfo(conninfo: str) -> None:
 
 
 def _unquoted(message: str) -> str:
-    """libpq quotes fragments of a DSN it cannot parse; they may hold a password."""
-    return re.sub(r'"[^"]{2,}"', '"…"', message)
+    """libpq quotes fragments of a DSN it cannot parse; they may hold a password.
+
+    Everything from the first quote to the last goes: a password may contain quotes too.
+    """
+    return re.sub(r'".*"', '"…"', message, flags=re.DOTALL)
 
 
 def describe(conninfo: str) -> str:

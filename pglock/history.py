@@ -66,9 +66,10 @@ WITH abandoned AS (
         last_exit_code = CASE WHEN excluded.last_finished_run_id IS NOT NULL THEN NULL
                               ELSE j.last_exit_code END,
         last_duration = coalesce(excluded.last_duration, j.last_duration),
-        outcome_counts = j.outcome_counts || jsonb_build_object('abandoned',
-            coalesce((j.outcome_counts ->> 'abandoned')::bigint, 0)
-            + (SELECT count(*) FROM abandoned))
+        outcome_counts = CASE WHEN excluded.last_finished_run_id IS NULL THEN j.outcome_counts
+            ELSE j.outcome_counts || jsonb_build_object('abandoned',
+                coalesce((j.outcome_counts ->> 'abandoned')::bigint, 0)
+                + (SELECT count(*) FROM abandoned)) END
 )
 SELECT id, started_at FROM started
 """

@@ -62,11 +62,16 @@ def application_connected(env: Env, job: str, holder: str) -> bool:
 @contextmanager
 def holding(env: Env, job: str, *command: str,
             holder: str = "holder") -> Iterator[subprocess.Popen[str]]:
-    """A pglock process that holds the job's lock and runs `command`; stopped on exit."""
+    """A pglock process that holds the job's lock and runs `command`; stopped on exit.
+
+    Holders run long commands (they are stopped with SIGTERM, which pglock forwards, when
+    the block ends), so a contender that starts slowly on a loaded machine still finds
+    the lock held.
+    """
     process = env.popen("run", "--job", job, "--holder", holder, "--", *command)
     try:
         env.wait_for(lambda: process.poll() is not None or running_rows(env, job) == 1,
-                     what=f"the run of {job!r} to start")
+                     timeout=60, what=f"the run of {job!r} to start")
         assert process.poll() is None, process.communicate()
         yield process
     finally:
@@ -223,7 +228,7 @@ def test_success_prints_exactly_the_commands_output(env: Env) -> None:
 
 
 def test_skipped_run_prints_nothing_and_exits_75_or_the_conflict_code(env: Env) -> None:
-    with holding(env, "busy", "sleep", "5") as holder:
+    with holding(env, "busy", "sleep", "60") as holder:
         skipped = env.run("run", "--job", "busy", "--", "echo", "must-not-run")
         assert (skipped.returncode, skipped.stdout, skipped.stderr) == (75, "", "")
         custom = env.run("run", "--job", "busy", "--conflict-exit-code", "3", "--",
@@ -252,7 +257,7 @@ def test_wait_runs_after_the_holder_finishes(env: Env) -> None:
 
 
 def test_wait_gives_up_with_75_while_the_holder_still_runs(env: Env) -> None:
-    with holding(env, "long", "sleep", "10") as holder:
+    with holding(env, "long", "sleep", "60") as holder:
         waiter = env.run("run", "--job", "long", "--wait", "1s", "--holder", "waiter", "--",
                          "echo", "must-not-run")
         assert (waiter.returncode, waiter.stdout, waiter.stderr) == (75, "", "")
@@ -264,13 +269,13 @@ def test_wait_gives_up_with_75_while_the_holder_still_runs(env: Env) -> None:
 
 
 def test_sigterm_while_waiting_exits_143_silently_and_records_nothing(env: Env) -> None:
-    with holding(env, "term", "sleep", "10") as holder:
+    with holding(env, "term", "sleep", "60") as holder:
         waiter = env.popen("run", "--job", "term", "--wait", "60s", "--holder", "waiter", "--",
                            "echo", "must-not-run")
         try:
             env.wait_for(lambda: waiter.poll() is not None
                          or application_connected(env, "term", "waiter"),
-                         what="the waiter to connect")
+                         timeout=60, what="the waiter to connect")
             assert waiter.poll() is None, waiter.communicate()
             waiter.send_signal(signal.SIGTERM)
             stdout, stderr = waiter.communicate(timeout=20)
