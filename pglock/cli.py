@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import logging
+import os
 import socket
 import sys
 import traceback
@@ -37,6 +38,20 @@ Schema = Annotated[str | None, typer.Option(
 ConnectTimeout = Annotated[str, typer.Option(
     "--connect-timeout", envvar="PGLOCK_CONNECT_TIMEOUT", metavar="DURATION",
     help="How long to keep trying to connect, across refusals and 'too many clients'.")]
+
+
+def _complete_job(ctx: typer.Context, incomplete: str) -> list[str]:
+    from pglock.completion import job_names
+
+    return job_names(ctx.params.get("dsn"), ctx.params.get("schema"), incomplete)
+
+
+JOB_HELP = "Job name: one lock, one history."
+Job = Annotated[str, typer.Option(
+    "--job", "-j", help=JOB_HELP, show_default=False, autocompletion=_complete_job)]
+JobFilter = Annotated[str | None, typer.Option(
+    "--job", "-j", help="Only this job.", show_default=False, autocompletion=_complete_job)]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON (shapes in docs/operators.md).")]
 Verbose = Annotated[bool, typer.Option(
     "--verbose", "-v", envvar="PGLOCK_VERBOSE", help="Say more; show tracebacks.")]
 Quiet = Annotated[bool, typer.Option(
@@ -73,8 +88,7 @@ def run(
     command: Annotated[list[str] | None, typer.Argument(
         metavar="-- COMMAND [ARG]...", show_default=False,
         help="The command to run, executed directly (no shell).")] = None,
-    job: Annotated[str, typer.Option(
-        "--job", "-j", help="Job name: one lock, one history.", show_default=False)] = "",
+    job: Job = "",
     ttl: Annotated[str, typer.Option(envvar="PGLOCK_TTL", metavar="DURATION",
         help="Lease length; renewed every ttl/3 while the command runs.")] = "60s",
     wait: Annotated[str, typer.Option(envvar="PGLOCK_WAIT", metavar="DURATION",
@@ -167,6 +181,10 @@ def init(
         return _fail(error)
 
 
+# The operator commands (status, history, clear, prune) register themselves on `app`.
+from pglock import cli_operator  # noqa: E402, F401
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"pglock {__version__}")
@@ -185,6 +203,12 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: one line on stderr for bad input, never a traceback."""
     from typer import _click
 
+    if os.environ.get("_PGLOCK_COMPLETE"):
+        # add_completion=False keeps --install-completion out of every --help; the classes
+        # that answer a shell's tab key are registered only when a shell asks.
+        from typer._completion_classes import completion_init
+
+        completion_init()
     command = typer.main.get_command(app)
     try:
         code = command.main(args=argv, prog_name="pglock", standalone_mode=False)
