@@ -48,9 +48,11 @@ def _complete_job(ctx: typer.Context, incomplete: str) -> list[str]:
 
 JOB_HELP = "Job name: one lock, one history."
 Job = Annotated[str, typer.Option(
-    "--job", "-j", help=JOB_HELP, show_default=False, autocompletion=_complete_job)]
+    "--job", "-j", metavar="NAME", help=JOB_HELP, show_default=False,
+    autocompletion=_complete_job)]
 JobFilter = Annotated[str | None, typer.Option(
-    "--job", "-j", help="Only this job.", show_default=False, autocompletion=_complete_job)]
+    "--job", "-j", metavar="NAME", help="Only this job.", show_default=False,
+    autocompletion=_complete_job)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (shapes in docs/operators.md).")]
 Verbose = Annotated[bool, typer.Option(
     "--verbose", "-v", envvar="PGLOCK_VERBOSE", help="Say more; show tracebacks.")]

@@ -39,14 +39,14 @@ Yes = Annotated[bool, typer.Option(
 @contextmanager
 def _database(dsn: str | None, schema: str | None, connect_timeout: str,
               command: str) -> Iterator[tuple[psycopg.Connection[Any], str, str]]:
-    """(connection, the database's name for humans, schema name)."""
+    """(connection, the database's name for humans, schema name); errors in one line."""
     from pglock import config, database
 
     name = config.configured_schema(schema)
     timeout = parse_duration(connect_timeout, option="--connect-timeout")
     target = config.resolve_target(dsn)
     with database.session(target, application_name=f"pglock {command}", timeout=timeout) as (
-            conn, place), database.translated(f"pglock {command}"):
+            conn, place), database.translated(f"{command} failed"):
         yield conn, place, name
 
 

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 
-from pglock import schema
+from pglock import database, schema
 from pglock.errors import UnknownJob, UsageError
 from pglock.history import Outcome
 
@@ -105,6 +105,11 @@ class History:
 
 def read(conn: psycopg.Connection[Any], schema_name: str, filters: Filters) -> History:
     """The runs matching `filters`, newest first; UnknownJob for a job never seen."""
+    with database.translated("cannot read the history"):
+        return _read(conn, schema_name, filters)
+
+
+def _read(conn: psycopg.Connection[Any], schema_name: str, filters: Filters) -> History:
     now = conn.execute("SELECT now()").fetchone()
     assert now is not None
     if not schema.readable(conn, schema_name):

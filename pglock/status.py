@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from pglock import report, schema
+from pglock import database, report, schema
 from pglock.errors import UnknownJob
 
 STATUS = """
@@ -108,6 +108,11 @@ class Status:
 
 def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None) -> Status:
     """All jobs' status, or one job's with its recent runs (UnknownJob if never seen)."""
+    with database.translated("cannot read the status"):
+        return _read(conn, schema_name, job)
+
+
+def _read(conn: psycopg.Connection[Any], schema_name: str, job: str | None) -> Status:
     jobs = _jobs(conn, schema_name, job) if schema.readable(conn, schema_name) else []
     if job is not None and not jobs:
         raise UnknownJob(f"no job named {job!r} has run here (schema {schema_name!r})")
