@@ -53,11 +53,12 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
 
 def status_cells(job: JobStatus, state: str) -> list[str]:
     lock, last = job.holding, job.last_run
+    running_for = job.running_for
     return [
         job.job, state,
         f"{lock.holder}:{lock.holder_pid}" if lock else NONE,
         lock.mode if lock else NONE,
-        took(job.seconds_since(lock.acquired_at)) if lock else NONE,
+        took(running_for) if running_for is not None else NONE,
         expiry(job, lock) if lock else NONE,
         last.outcome if last else NONE,
         NONE if last is None or last.exit_code is None else str(last.exit_code),
@@ -91,7 +92,7 @@ def job_json(job: JobStatus) -> dict[str, Any]:
         holder = {"host": lock.holder, "pid": lock.holder_pid, "mode": lock.mode,
                   "fencing_token": lock.fencing_token, "backend_pid": lock.backend_pid,
                   "acquired_at": iso(lock.acquired_at),
-                  "running_for": job.seconds_since(lock.acquired_at),
+                  "running_for": job.running_for,
                   "expires_at": iso(lock.expires_at),
                   "expires_in": -(job.seconds_since(lock.expires_at) or 0.0),
                   "cleared_at": iso(lock.cleared_at), "cleared_by": lock.cleared_by}

@@ -93,6 +93,12 @@ class JobStatus:
         """The lock row when it means something now: held, stale, or in its lock-delay."""
         return None if self.state in (State.IDLE, State.FAILED) else self.lock
 
+    @property
+    def running_for(self) -> float | None:
+        """Seconds since the holder took the lock, while its run is still marked running."""
+        lock = self.holding
+        return self.seconds_since(lock.acquired_at) if lock and self.run_open else None
+
     def seconds_since(self, moment: datetime | None) -> float | None:
         return None if moment is None else (self.now - moment).total_seconds()
 

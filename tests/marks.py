@@ -12,8 +12,18 @@ MARKING = ('echo "enter $PGLOCK_FENCING_TOKEN $(date +%s%N)" >> {marks}; sleep {
            'echo "leave $PGLOCK_FENCING_TOKEN $(date +%s%N)" >> {marks}')
 
 
+# The same, but the command stays until the test creates the gate file.
+GATED = ('echo "enter $PGLOCK_FENCING_TOKEN $(date +%s%N)" >> {marks}; '
+         'while [ ! -e {gate} ]; do sleep 0.02; done; '
+         'echo "leave $PGLOCK_FENCING_TOKEN $(date +%s%N)" >> {marks}')
+
+
 def marking_command(marks: Path, seconds: float) -> list[str]:
     return ["sh", "-c", MARKING.format(marks=marks, seconds=seconds)]
+
+
+def gated_command(marks: Path, gate: Path) -> list[str]:
+    return ["sh", "-c", GATED.format(marks=marks, gate=gate)]
 
 
 @dataclass(frozen=True)

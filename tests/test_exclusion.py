@@ -2,21 +2,31 @@
 
 from __future__ import annotations
 
+import subprocess
 import time
+from functools import partial
 
 from conftest import Env
-from marks import assert_no_overlap, intervals, marking_command
+from marks import assert_no_overlap, gated_command, intervals, marking_command
+
+
+def _exited_at_least(processes: list[subprocess.Popen[str]], count: int) -> bool:
+    return sum(p.poll() is not None for p in processes) >= count
 
 
 def test_many_contenders_many_rounds_never_overlap(env: Env) -> None:
     marks = env.tmp / "marks"
     rounds, contenders = 5, 20
     for round_number in range(rounds):
-        # The winner's command outlasts the time 20 interpreters need to start on 2 cores,
-        # so every contender of the round tries while the lock is held.
+        # The winner's command stays until every other contender has tried and left, so
+        # each round proves exclusion however slowly 20 interpreters start on a busy host.
+        gate = env.tmp / f"gate-{round_number}"
         processes = [env.popen("run", "--job", "shared", "--holder", f"host-{i}", "--",
-                               *marking_command(marks, 4))
+                               *gated_command(marks, gate))
                      for i in range(contenders)]
+        env.wait_for(partial(_exited_at_least, processes, contenders - 1), timeout=120,
+                     what="the losers of the round")
+        gate.touch()
         outputs = [p.communicate(timeout=60) for p in processes]
         codes = sorted(p.returncode for p in processes)
         assert codes == [0] + [75] * (contenders - 1), f"round {round_number}: {codes}"
