@@ -41,6 +41,22 @@ Schema = Annotated[str | None, typer.Option(
 ConnectTimeout = Annotated[str, typer.Option(
     "--connect-timeout", envvar="PGLOCK_CONNECT_TIMEOUT", metavar="DURATION",
     help="How long to keep trying to connect, across refusals and 'too many clients'.")]
+
+
+def _complete_job(ctx: typer.Context, incomplete: str) -> list[str]:
+    from pglock.completion import job_names
+
+    return job_names(ctx.params.get("dsn"), ctx.params.get("schema"), incomplete)
+
+
+JOB_HELP = "Job name: one lock, one history."
+Job = Annotated[str, typer.Option(
+    "--job", "-j", metavar="NAME", help=JOB_HELP, show_default=False,
+    autocompletion=_complete_job)]
+JobFilter = Annotated[str | None, typer.Option(
+    "--job", "-j", metavar="NAME", help="Only this job.", show_default=False,
+    autocompletion=_complete_job)]
+Json = Annotated[bool, typer.Option("--json", help="Print JSON (shapes in docs/operators.md).")]
 Verbose = Annotated[bool, typer.Option(
     "--verbose", "-v", envvar="PGLOCK_VERBOSE", help="Say more; show tracebacks.")]
 Quiet = Annotated[bool, typer.Option(
@@ -77,9 +93,7 @@ def run(
     command: Annotated[list[str] | None, typer.Argument(
         metavar="-- COMMAND [ARG]...", show_default=False,
         help="The command to run, executed directly (no shell).")] = None,
-    job: Annotated[str, typer.Option(
-        "--job", "-j", metavar="NAME", help="Job name: one lock, one history.",
-        show_default=False)] = "",
+    job: Job = "",
     mode: Annotated[str, typer.Option(envvar="PGLOCK_MODE", metavar="lease|advisory",
         help="Expiring row lock, or PostgreSQL session advisory lock (not through a "
              "transaction-pooling PgBouncer).")] = "lease",
@@ -176,6 +190,10 @@ def init(
         return _fail(error)
 
 
+# The operator commands (status, history, clear, prune) register themselves on `app`.
+from pglock import cli_operator  # noqa: E402, F401
+
+
 def _version(value: bool) -> None:
     if value:
         print(f"pglock {__version__}")
@@ -194,7 +212,9 @@ def main(argv: list[str] | None = None) -> int:
     """Entry point: one line on stderr for bad input, never a traceback."""
     from typer import _click
 
-    if COMPLETE_VAR in os.environ:
+    if os.environ.get(COMPLETE_VAR):
+        # add_completion=False keeps --install-completion out of every --help; the classes
+        # that answer a shell's tab key are registered only when a shell asks.
         from typer._completion_classes import completion_init
 
         completion_init()

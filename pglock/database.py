@@ -112,6 +112,23 @@ def translated(action: str) -> Iterator[None]:
         raise DatabaseError(f"{action}: {first_line(error)}") from error
 
 
+EMBEDDED_PLACE = "embedded, this host only"
+
+
+def place(conn: psycopg.Connection[Any]) -> str:
+    """host:port/dbname of an open connection, as libpq resolved it; never the password."""
+    return f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+
+
+@contextlib.contextmanager
+def session(target: Target, *, application_name: str,
+            timeout: float) -> Iterator[tuple[psycopg.Connection[Any], str]]:
+    """A connection to `target`, and the name of the database to show a human."""
+    with opened(target) as conninfo, connect(
+            conninfo, application_name=application_name, timeout=timeout) as conn:
+        yield conn, EMBEDDED_PLACE if target.embedded else place(conn)
+
+
 @contextlib.contextmanager
 def opened(target: Target) -> Iterator[str]:
     """The conninfo of `target`; the embedded server is joined for the duration."""

@@ -37,6 +37,18 @@ class UsageError(PglockError):
     exit_status = ExitStatus.USAGE
 
 
+class UnknownJob(PglockError):
+    """A report was asked about a job that never ran here (maybe a typo, or another schema)."""
+
+    exit_status = ExitStatus.FAILURE
+
+
+class NothingDone(PglockError):
+    """An operator command changed nothing: not confirmed, or the state moved meanwhile."""
+
+    exit_status = ExitStatus.FAILURE
+
+
 class ConfigError(PglockError):
     """The configuration (file, DSN) cannot be used."""
 

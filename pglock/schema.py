@@ -42,6 +42,19 @@ def ensure(conn: psycopg.Connection[Any], schema: str) -> None:
     _check(row, schema)
 
 
+def readable(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """Whether the schema exists (and is a version we understand); reports never create it."""
+    try:
+        row = conn.execute(query(_READ_VERSION, schema)).fetchone()
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        return False
+    except psycopg.Error as error:
+        raise SchemaError(f"cannot read schema {schema!r}: {first_line(error)}") from error
+    if row is None or row[0] > VERSION:
+        _check(row, schema)
+    return True
+
+
 def create(conn: psycopg.Connection[Any], schema: str) -> None:
     """Create the schema under an advisory transaction lock, so 100 hosts create it once."""
     try:

@@ -158,7 +158,9 @@ def test_unreachable_database_stops_the_command_before_the_lease_runs_out(
     time.sleep(0.5)
     private_server.stop()
     stopped_at = time.time_ns()
-    env.wait_for(marks.exists, timeout=10, what="SIGTERM to the command")
+    # The shell creates the file before `date` writes to it: wait for the line itself.
+    env.wait_for(lambda: marks.exists() and marks.read_text().endswith("\n"), timeout=10,
+                 what="SIGTERM to the command")
     killed_after = (int(marks.read_text()) - stopped_at) / 1e9
     # The last renewal was sent at most ttl/3 before the stop; the server's expiry is at
     # least a ttl after that send, so the command must have been told to stop sooner.

@@ -44,6 +44,9 @@ CREATE TABLE {schema}.runs (
                                                   'lock_lost', 'killed', 'abandoned', 'cleared')),
     error         text,
     output_tail   bytea,
+    -- Only on the audit rows `pglock clear` writes (outcome 'cleared'): who cleared, and why.
+    cleared_by    text,
+    reason        text,
     UNIQUE (job, slot)
 );
 CREATE INDEX runs_job_started ON {schema}.runs (job, started_at DESC);

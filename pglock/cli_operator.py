@@ -1,0 +1,226 @@
+"""The operator's commands: status, history, clear, prune (registered on cli.app).
+
+Each one parses, calls the core, hands the result to screens/render, returns an exit code.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from contextlib import contextmanager
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from pglock.cli import (
+    ConnectTimeout,
+    Dsn,
+    Job,
+    JobFilter,
+    Json,
+    Quiet,
+    Schema,
+    Verbose,
+    _configure_output,
+    _fail,
+    app,
+)
+from pglock.config import check_job
+from pglock.durations import parse_duration
+from pglock.errors import NothingDone, PglockError, UsageError
+
+if TYPE_CHECKING:
+    import psycopg
+
+Yes = Annotated[bool, typer.Option(
+    "--yes", "-y", help="Do not ask; needed when not on a terminal.")]
+
+
+@contextmanager
+def _database(dsn: str | None, schema: str | None, connect_timeout: str,
+              command: str) -> Iterator[tuple[psycopg.Connection[Any], str, str]]:
+    """(connection, the database's name for humans, schema name); errors in one line."""
+    from pglock import config, database
+
+    name = config.configured_schema(schema)
+    timeout = parse_duration(connect_timeout, option="--connect-timeout")
+    target = config.resolve_target(dsn)
+    with database.session(target, application_name=f"pglock {command}", timeout=timeout) as (
+            conn, place), database.translated(f"{command} failed"):
+        yield conn, place, name
+
+
+def _confirm(yes: bool, situation: str, action: str) -> None:
+    """Ask on a terminal; refuse (usage error, exit 2) without --yes anywhere else."""
+    if yes:
+        return
+    if not sys.stdin.isatty():
+        raise UsageError(f"{situation}; refusing to {action} without --yes (not on a terminal)")
+    typer.echo(situation, err=True)
+    if not typer.confirm(f"{action[0].upper()}{action[1:]}?", err=True):
+        raise NothingDone("not confirmed; nothing changed")
+
+
+def _say(text: str, quiet: bool) -> None:
+    if not quiet:
+        print(text)
+
+
+@app.command()
+def status(
+    job: JobFilter = None,
+    as_json: Json = False,
+    watch: Annotated[bool, typer.Option(
+        "--watch", "-w", help="Redraw every --interval, in place, until Ctrl-C.")] = False,
+    interval: Annotated[str, typer.Option(
+        metavar="DURATION", help="Pause between redraws of --watch.")] = "2s",
+    dsn: Dsn = None, schema: Schema = None, connect_timeout: ConnectTimeout = "10s",
+    verbose: Verbose = False, quiet: Quiet = False,
+) -> int:
+    """Show each job: state, holder and mode, running for, expiry, last run, last success.
+
+    With --job: that job and its recent runs (exit 1 if it never ran here).
+
+    Example: pglock status --job sync-invoices
+    """
+    _configure_output(verbose, quiet)
+    from pglock import render, screens
+    from pglock import status as core
+
+    try:
+        every = parse_duration(interval, option="--interval")
+        if as_json and watch:
+            raise UsageError("--json and --watch do not go together")
+        with _database(dsn, schema, connect_timeout, "status") as (conn, place, name):
+            if as_json:
+                render.show_json(screens.status_json(core.read(conn, name, job), place, name))
+                return 0
+            terminal = render.on_terminal()
+
+            def build() -> render.Screen:
+                return screens.status_screen(core.read(conn, name, job), place, name,
+                                             terminal=terminal)
+
+            if watch:
+                return render.watch(build, every)
+            render.show(build())
+            return 0
+    except PglockError as error:
+        return _fail(error)
+
+
+@app.command()
+def history(
+    job: JobFilter = None,
+    since: Annotated[str | None, typer.Option(
+        metavar="DURATION", show_default=False, help="Only runs started this recently.")] = None,
+    outcome: Annotated[str | None, typer.Option(
+        show_default=False, help="Only runs that ended so (succeeded, failed, ...).")] = None,
+    host: Annotated[str | None, typer.Option(
+        show_default=False, help="Only runs of this holder (host name or --holder).")] = None,
+    limit: Annotated[int, typer.Option(help="At most this many runs.")] = 50,
+    as_json: Json = False,
+    dsn: Dsn = None, schema: Schema = None, connect_timeout: ConnectTimeout = "10s",
+    verbose: Verbose = False, quiet: Quiet = False,
+) -> int:
+    """List runs, newest first; with --job, its figures and a duration bar per run.
+
+    Example: pglock history --job sync-invoices --since 1d
+    """
+    _configure_output(verbose, quiet)
+    from pglock import render, report, screens
+
+    try:
+        filters = report.Filters(
+            job=None if job is None else check_job(job), outcome=outcome, host=host, limit=limit,
+            since=None if since is None else parse_duration(since, option="--since"))
+        filters.validate()
+        with _database(dsn, schema, connect_timeout, "history") as (conn, place, name):
+            found = report.read(conn, name, filters)
+        if as_json:
+            render.show_json(screens.history_json(found, place, name))
+        else:
+            render.show(screens.history_screen(found, place, name))
+        return 0
+    except PglockError as error:
+        return _fail(error)
+
+
+@app.command()
+def clear(
+    job: Job,
+    reason: Annotated[str | None, typer.Option(
+        show_default=False, help="Why, for the audit row.")] = None,
+    yes: Yes = False,
+    now: Annotated[bool, typer.Option(
+        "--now", help="Free the lock for others at once, not one ttl later.")] = False,
+    terminate: Annotated[bool, typer.Option(
+        "--terminate", help="Also end an advisory holder's database session.")] = False,
+    dsn: Dsn = None, schema: Schema = None, connect_timeout: ConnectTimeout = "10s",
+    verbose: Verbose = False, quiet: Quiet = False,
+) -> int:
+    """Take a job's lock from its holder: its next renewal fails and it stops its command.
+
+    Others may take the lock one ttl later (time for the holder to stop), or at once
+    with --now. An audit row records who, when, why and whom.
+
+    Example: pglock clear --job sync-invoices --reason 'stuck on a dead NFS mount'
+    """
+    _configure_output(verbose, quiet)
+    from pglock import admin, screens
+    from pglock import status as core
+
+    try:
+        with _database(dsn, schema, connect_timeout, "clear") as (conn, _, name):
+            shown = core.one(conn, name, check_job(job))
+            held = shown is not None and shown.state in (core.State.RUNNING, core.State.CLEARED)
+            if shown is None or not held:
+                _say(screens.nobody_line(job, shown), quiet)
+                return 0
+            if shown.state is core.State.CLEARED and not now:
+                _say(screens.holder_line(shown) + " (--now frees it at once)", quiet)
+                return 0
+            _confirm(yes, screens.holder_line(shown), "clear it")
+            done = admin.clear(conn, name, shown, reason=reason, now=now, by=admin.operator())
+            if done is None:
+                raise NothingDone(f"the lock of job {job!r} was released or changed hands "
+                                  "meanwhile; nothing cleared (see pglock status)")
+            _say(screens.cleared_line(done), quiet)
+            if terminate:
+                _say(admin.terminate(conn, done.lock), quiet)
+        return 0
+    except PglockError as error:
+        return _fail(error)
+
+
+@app.command()
+def prune(
+    older_than: Annotated[str, typer.Option(
+        "--older-than", metavar="DURATION", show_default=False,
+        help="Delete runs that finished longer ago than this.")],
+    yes: Yes = False,
+    dsn: Dsn = None, schema: Schema = None, connect_timeout: ConnectTimeout = "10s",
+    verbose: Verbose = False, quiet: Quiet = False,
+) -> int:
+    """Delete finished history older than DURATION, in batches; print how many.
+
+    Runs still marked running and each job's latest run are kept.
+
+    Example: pglock prune --older-than 90d --yes
+    """
+    _configure_output(verbose, quiet)
+    from pglock import admin
+    from pglock.durations import format_duration
+    from pglock.render import when
+
+    try:
+        seconds = parse_duration(older_than, option="--older-than")
+        with _database(dsn, schema, connect_timeout, "prune") as (conn, place, name):
+            _confirm(yes, f"this deletes the runs that finished more than "
+                          f"{format_duration(seconds)} ago from {place} (schema {name})",
+                     "delete them")
+            deleted, cutoff = admin.prune(conn, name, seconds)
+        _say(f"deleted {deleted} runs that finished before {when(cutoff, zone=True)}", quiet)
+        return 0
+    except PglockError as error:
+        return _fail(error)

@@ -1,0 +1,187 @@
+"""How the operator commands print: rich on a terminal, plain aligned text when piped, JSON.
+
+rich is imported only inside the functions that draw on a terminal, so that `pglock run`
+never pays for it. Plain text carries no escape sequence: it lands in mail and in files.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pglock.durations import format_duration
+from pglock.errors import PglockError
+
+NONE = "-"
+NOTE_WIDTH = 70
+
+
+@dataclass
+class Grid:
+    """A table in the making: headers, rows of cells, a style per row for the terminal."""
+
+    headers: Sequence[str]
+    rows: list[list[str]] = field(default_factory=list)
+    styles: list[str] = field(default_factory=list)
+    # Cells of this column get the row's style on a terminal; the others stay plain.
+    styled_column: int = 0
+    # Headers of the columns a narrow terminal may drop, least needed first.
+    optional: Sequence[str] = ()
+
+    def add(self, cells: list[str], style: str = "") -> None:
+        self.rows.append(cells)
+        self.styles.append(style)
+
+
+@dataclass
+class Screen:
+    """What one command prints: a header line, tables, and lines of text, in order."""
+
+    header: str
+    parts: list[Grid | str] = field(default_factory=list)
+
+
+def on_terminal() -> bool:
+    return sys.stdout.isatty()
+
+
+def show(screen: Screen) -> None:
+    """Print the screen: rich tables on a terminal, aligned plain text otherwise."""
+    if on_terminal():
+        from rich.console import Console
+
+        console = Console(highlight=False)
+        console.print(renderable(screen, console.width))
+    else:
+        sys.stdout.write(plain(screen))
+        sys.stdout.flush()
+
+
+def show_json(document: dict[str, Any]) -> None:
+    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+    sys.stdout.flush()
+
+
+def plain(screen: Screen) -> str:
+    """The screen as plain text with columns aligned by spaces."""
+    lines = [screen.header, ""]
+    for part in screen.parts:
+        lines.extend(_plain_grid(part) if isinstance(part, Grid) else [part])
+    return "\n".join(lines) + "\n"
+
+
+def _plain_grid(grid: Grid) -> list[str]:
+    table = [list(grid.headers), *grid.rows]
+    widths = [max(len(row[i]) for row in table) for i in range(len(grid.headers))]
+    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
+            .rstrip() for row in table]
+
+
+def renderable(screen: Screen, width: int) -> Any:
+    """The screen as a rich renderable for a terminal `width` columns wide."""
+    from rich import box
+    from rich.console import Group
+    from rich.table import Table
+    from rich.text import Text
+
+    items: list[Any] = [Text(screen.header, style="bold")]
+    for part in screen.parts:
+        if not isinstance(part, Grid):
+            items.append(Text(part))
+            continue
+        shown, hidden = fitting(part, width)
+        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
+        for i in shown:
+            table.add_column(part.headers[i], no_wrap=True, overflow="ellipsis")
+        for cells, style in zip(part.rows, part.styles, strict=True):
+            table.add_row(*(Text(cells[i], style=style if i == part.styled_column else "")
+                            for i in shown))
+        items.append(table)
+        if hidden:
+            items.append(Text(f"(too narrow for {', '.join(hidden)}: widen the terminal, "
+                              "pipe the output, or use --json)", style="dim"))
+    return Group(*items)
+
+
+def fitting(grid: Grid, width: int) -> tuple[list[int], list[str]]:
+    """The columns that fit in `width`, dropping the optional ones in their order; and the
+    headers dropped. A narrow terminal loses whole columns, not the ends of every cell."""
+    widths = [max(len(row[i]) for row in [grid.headers, *grid.rows]) + 3
+              for i in range(len(grid.headers))]
+    shown = list(range(len(grid.headers)))
+    hidden: list[str] = []
+    for title in grid.optional:
+        if sum(widths[i] for i in shown) <= width:
+            break
+        shown.remove(grid.headers.index(title))
+        hidden.append(title)
+    return shown, hidden
+
+
+def watch(build: Callable[[], Screen], interval: float) -> int:
+    """Redraw the screen every `interval` seconds until Ctrl-C (in place on a terminal)."""
+    try:
+        good = build()
+        if not on_terminal():
+            shown = good
+            while True:
+                show(shown)
+                time.sleep(interval)
+                good, shown = _refreshed(build, good)
+        from rich.live import Live
+
+        with Live(auto_refresh=False, redirect_stderr=False) as live:
+            shown = good
+            while True:
+                live.update(renderable(shown, live.console.width), refresh=True)
+                time.sleep(interval)
+                good, shown = _refreshed(build, good)
+    except KeyboardInterrupt:
+        return 0
+
+
+def _refreshed(build: Callable[[], Screen], good: Screen) -> tuple[Screen, Screen]:
+    """(last good screen, screen to show): a failed refresh keeps the last good screen
+    on show, with the reason under it, so a database blip does not end the watch."""
+    try:
+        fresh = build()
+        return fresh, fresh
+    except PglockError as error:
+        moment = when(datetime.now().astimezone())
+        return good, Screen(good.header, [*good.parts, f"\nrefresh failed at {moment}: {error}"])
+
+
+def header(command: str, place: str, schema: str, now: datetime) -> str:
+    return f"pglock {command}: {place}, schema {schema}, at {when(now, zone=True)}"
+
+
+def when(moment: datetime | None, *, zone: bool = False) -> str:
+    """A timestamp in the operator's local time."""
+    if moment is None:
+        return NONE
+    return moment.astimezone().strftime("%Y-%m-%d %H:%M:%S" + (" %Z" if zone else ""))
+
+
+def ago(seconds: float | None, never: str = NONE) -> str:
+    return never if seconds is None else f"{format_duration(max(0.0, seconds))} ago"
+
+
+def took(seconds: float | None) -> str:
+    return NONE if seconds is None else format_duration(seconds)
+
+
+def clip(text: str | None, width: int = NOTE_WIDTH) -> str:
+    """One line of at most `width` characters."""
+    if not text:
+        return ""
+    line = " ".join(text.split())
+    return line if len(line) <= width else line[: width - 3] + "..."
+
+
+def iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()

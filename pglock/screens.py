@@ -1,0 +1,226 @@
+"""The operator's screens, built from the core's dataclasses; render.py draws them."""
+
+from __future__ import annotations
+
+import signal
+from collections import Counter
+from datetime import datetime
+from typing import Any
+
+from pglock.admin import Cleared
+from pglock.durations import format_duration
+from pglock.render import NONE, Grid, Screen, ago, clip, header, iso, took, when
+from pglock.report import History, RunRow, Summary
+from pglock.status import JobStatus, Lock, State, Status
+
+# On a terminal the state carries a glyph, so that it reads without colour (NO_COLOR).
+STATE_LOOK = {
+    State.STALE: ("! stale", "bold yellow"),
+    State.FAILED: ("x failed", "bold red"),
+    State.CLEARED: ("~ cleared", "magenta"),
+    State.RUNNING: ("> running", "green"),
+    State.IDLE: ("  idle", "dim"),
+}
+SEVERITY = {state: rank for rank, state in enumerate(State)}
+STATUS_HEADERS = ("JOB", "STATE", "HOLDER", "MODE", "RUNNING FOR", "EXPIRES IN", "LAST RUN",
+                  "EXIT", "ENDED", "TOOK", "LAST SUCCESS")
+STATUS_OPTIONAL = ("MODE", "TOOK", "EXIT", "LAST SUCCESS", "ENDED", "RUNNING FOR")
+BAR_WIDTH = 24
+BAR_GLYPH = {"succeeded": "#", "running": ">"}
+OUTCOME_STYLE = {"succeeded": "green", "running": "cyan", "cleared": "magenta"}
+
+
+def status_screen(report: Status, place: str, schema: str, *, terminal: bool) -> Screen:
+    """Worst first: what is stale or failed heads the table."""
+    screen = Screen(header("status", place, schema, report.now))
+    if not report.jobs:
+        screen.parts.append("no job has run here yet")
+        return screen
+    grid = Grid(STATUS_HEADERS, styled_column=1, optional=STATUS_OPTIONAL)
+    for job in sorted(report.jobs, key=lambda j: (SEVERITY[j.state], j.job)):
+        label, style = STATE_LOOK[job.state]
+        grid.add(status_cells(job, label if terminal else str(job.state)), style)
+    screen.parts.append(grid)
+    tally = Counter(job.state for job in report.jobs)
+    jobs = f"{len(report.jobs)} job" + ("s" if len(report.jobs) > 1 else "")
+    screen.parts.append(f"\n{jobs}: " + ", ".join(
+        f"{tally[state]} {state}" for state in State if tally[state]))
+    if len(report.jobs) == 1 and report.runs:
+        screen.parts.append(f"\nrecent runs of {report.jobs[0].job}:")
+        screen.parts.append(runs_grid(report.runs, report.now, with_job=False))
+    return screen
+
+
+def status_cells(job: JobStatus, state: str) -> list[str]:
+    lock, last = job.holding, job.last_run
+    running_for = job.running_for
+    return [
+        job.job, state,
+        f"{lock.holder}:{lock.holder_pid}" if lock else NONE,
+        lock.mode if lock else NONE,
+        took(running_for) if running_for is not None else NONE,
+        expiry(job, lock) if lock else NONE,
+        last.outcome if last else NONE,
+        NONE if last is None or last.exit_code is None else str(last.exit_code),
+        ago(job.seconds_since(last.finished_at)) if last else NONE,
+        took(last.duration) if last else NONE,
+        ago(job.seconds_since(job.last_success_at), never="never"),
+    ]
+
+
+def expiry(job: JobStatus, lock: Lock) -> str:
+    left = -(job.seconds_since(lock.expires_at) or 0.0)
+    if job.state is State.STALE:
+        return f"expired {format_duration(-left)} ago"
+    if job.state is State.CLEARED:
+        return f"free in {format_duration(left)}"
+    return format_duration(left)
+
+
+def status_json(report: Status, place: str, schema: str) -> dict[str, Any]:
+    document: dict[str, Any] = {"database": place, "schema": schema, "now": iso(report.now),
+                                "jobs": [job_json(job) for job in report.jobs]}
+    if len(report.jobs) == 1 and report.runs:
+        document["recent_runs"] = [run_json(run) for run in report.runs]
+    return document
+
+
+def job_json(job: JobStatus) -> dict[str, Any]:
+    lock, last = job.holding, job.last_run
+    holder: dict[str, Any] | None = None
+    if lock is not None:
+        holder = {"host": lock.holder, "pid": lock.holder_pid, "mode": lock.mode,
+                  "fencing_token": lock.fencing_token, "backend_pid": lock.backend_pid,
+                  "acquired_at": iso(lock.acquired_at),
+                  "running_for": job.running_for,
+                  "expires_at": iso(lock.expires_at),
+                  "expires_in": -(job.seconds_since(lock.expires_at) or 0.0),
+                  "cleared_at": iso(lock.cleared_at), "cleared_by": lock.cleared_by}
+    return {
+        "job": job.job, "state": str(job.state), "holder": holder,
+        "last_run": None if last is None else {
+            "id": last.id, "outcome": last.outcome, "exit_code": last.exit_code,
+            "finished_at": iso(last.finished_at), "duration": last.duration},
+        "last_success_at": iso(job.last_success_at),
+        "outcome_counts": job.counts,
+    }
+
+
+def history_screen(found: History, place: str, schema: str) -> Screen:
+    screen = Screen(header("history", place, schema, found.now))
+    if found.summary is not None:
+        screen.parts.append(summary_line(found.filters.job or "", found.summary) + "\n")
+    if not found.runs:
+        screen.parts.append("no runs match")
+        return screen
+    screen.parts.append(runs_grid(found.runs, found.now, with_job=found.filters.job is None,
+                                  bars=found.summary is not None))
+    return screen
+
+
+def summary_line(job: str, summary: Summary) -> str:
+    if not summary.finished:
+        return f"{job}: {summary.runs} runs, none finished"
+    rate = summary.success_rate or 0.0
+    return (f"{job}: {summary.runs} runs ({summary.finished} finished), success "
+            f"{rate:.0%} ({summary.succeeded}/{summary.finished}), duration p50 "
+            f"{took(summary.p50)}, p95 {took(summary.p95)}, max {took(summary.max)}")
+
+
+def runs_grid(runs: list[RunRow], now: datetime, *, with_job: bool, bars: bool = False) -> Grid:
+    headers = ["STARTED", *(["JOB"] if with_job else []), "HOST", "OUTCOME", "EXIT", "DURATION",
+               *(["BAR"] if bars else []), "NOTE"]
+    grid = Grid(headers, styled_column=headers.index("OUTCOME"),
+                optional=("NOTE", "HOST", "EXIT", *([] if bars else ["JOB"])))
+    lengths = [_length(run, now) for run in runs]
+    longest = max((n for n in lengths if n is not None), default=0.0)
+    for run, length in zip(runs, lengths, strict=True):
+        cells = [when(run.started_at), *([run.job] if with_job else []), run.holder, run.outcome,
+                 exit_text(run), NONE if length is None else took(length)]
+        if run.outcome == "running":
+            cells[-1] = f"{cells[-1]} so far"
+        if bars:
+            cells.append(bar(run.outcome, length, longest))
+        cells.append(clip(run.error))
+        grid.add(cells, OUTCOME_STYLE.get(run.outcome, "bold red"))
+    return grid
+
+
+def _length(run: RunRow, now: datetime) -> float | None:
+    if run.outcome == "running":
+        return (now - run.started_at).total_seconds()
+    return None if run.outcome == "cleared" else run.duration
+
+
+def exit_text(run: RunRow) -> str:
+    if run.exit_code is None:
+        return NONE
+    if run.signal is None:
+        return str(run.exit_code)
+    try:
+        return f"{run.exit_code} ({signal.Signals(run.signal).name})"
+    except ValueError:
+        return f"{run.exit_code} (signal {run.signal})"
+
+
+def bar(outcome: str, length: float | None, longest: float) -> str:
+    """A duration bar scaled to the longest run shown; `!` marks a run that did not succeed."""
+    if length is None or longest <= 0:
+        return ""
+    cells = max(1, round(BAR_WIDTH * length / longest)) if length > 0 else 0
+    return BAR_GLYPH.get(outcome, "!") * cells
+
+
+def run_json(run: RunRow) -> dict[str, Any]:
+    return {"id": run.id, "job": run.job, "started_at": iso(run.started_at),
+            "finished_at": iso(run.finished_at), "host": run.holder, "pid": run.holder_pid,
+            "mode": run.mode, "outcome": run.outcome, "exit_code": run.exit_code,
+            "signal": run.signal, "duration": run.duration, "fencing_token": run.fencing_token,
+            "error": run.error}
+
+
+def history_json(found: History, place: str, schema: str) -> dict[str, Any]:
+    summary = found.summary
+    return {
+        "database": place, "schema": schema, "now": iso(found.now),
+        "filters": {"job": found.filters.job, "since": found.filters.since,
+                    "outcome": found.filters.outcome, "host": found.filters.host,
+                    "limit": found.filters.limit},
+        "runs": [run_json(run) for run in found.runs],
+        "summary": None if summary is None else {
+            "runs": summary.runs, "finished": summary.finished, "succeeded": summary.succeeded,
+            "success_rate": summary.success_rate, "p50": summary.p50, "p95": summary.p95,
+            "max": summary.max},
+    }
+
+
+def holder_line(job: JobStatus) -> str:
+    """Who holds the job's lock, for the question `clear` asks."""
+    lock = job.holding
+    assert lock is not None
+    text = (f"job {job.job!r} is held by {lock.holder}:{lock.holder_pid} ({lock.mode} mode, "
+            f"token {lock.fencing_token}) for {took(job.seconds_since(lock.acquired_at))}")
+    if job.state is State.CLEARED:
+        text += f"; already cleared by {lock.cleared_by}, {expiry(job, lock)}"
+    return text
+
+
+def nobody_line(job_name: str, job: JobStatus | None) -> str:
+    if job is None:
+        return f"nobody holds job {job_name!r} (it never ran here); nothing to clear"
+    if job.state is State.STALE and job.lock is not None:
+        return (f"nobody holds job {job_name!r}: its lock expired "
+                f"{ago(job.seconds_since(job.lock.expires_at))} with its run still marked "
+                "running (its holder vanished or is cut off; the next run marks it "
+                "abandoned); nothing to clear")
+    return f"nobody holds job {job_name!r}; nothing to clear"
+
+
+def cleared_line(done: Cleared) -> str:
+    lock = done.lock
+    free = ("free for others now" if done.free_in < 0.5
+            else f"free for others in {format_duration(done.free_in)} (at {when(done.free_at)}), "
+                 "once the holder has had its time to stop")
+    return (f"cleared job {done.job!r} from {lock.holder}:{lock.holder_pid} ({lock.mode} mode, "
+            f"token {lock.fencing_token}); its next renewal fails and it stops its command; "
+            f"{free}; audit row {done.audit_id}")
