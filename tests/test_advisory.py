@@ -125,3 +125,19 @@ def test_advisory_lock_taken_by_another_during_restart_is_lost(
     assert "another host took the advisory lock" in one_line(stderr)
     [run] = env.runs("race")
     assert (run["outcome"], run["signal"]) == ("lock_lost", 15)
+
+
+def test_clear_terminate_ends_an_advisory_holders_session(env: Env) -> None:
+    holder = env.popen("run", "--job", "wedged", "--mode", "advisory", "--", "sleep", "60")
+    env.wait_for(lambda: env.runs("wedged"), what="the run row")
+    [(backend_pid,)] = env.query("SELECT backend_pid FROM {schema}.locks WHERE job = 'wedged'")
+    cleared = env.run("clear", "--job", "wedged", "--reason", "incident 42", "--terminate",
+                      "--now", "--yes")
+    assert cleared.returncode == 0, cleared.stderr
+    _, stderr = holder.communicate(timeout=30)
+    assert holder.returncode == 125
+    assert "lock lost" in one_line(stderr)
+    assert env.query("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend_pid,)) == []
+    assert env.run("run", "--job", "wedged", "--mode", "advisory", "--", "true").returncode == 0
+    outcomes = [(r["outcome"], r["reason"]) for r in env.runs("wedged")]
+    assert outcomes == [("lock_lost", None), ("cleared", "incident 42"), ("succeeded", None)]
