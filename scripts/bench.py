@@ -61,7 +61,8 @@ HERD_FILL = 46
 FLOOR_BODY = '''
 job, *command = sys.argv[1:]
 holder = os.uname().nodename
-conn = psycopg.connect(os.environ["PGLOCK_DSN"], autocommit=True,
+conn = psycopg.connect(os.environ["PGLOCK_DSN"], autocommit=True, prepare_threshold=None,
+                       target_session_attrs="read-write",
                        application_name=f"pglock run {job} on {holder}"[:63],
                        connect_timeout=10, **KEEPALIVES)
 # The values a lease-mode run binds, by placeholder name.
@@ -668,8 +669,8 @@ def header(conninfo: str, external: bool, runs: int, herd: int) -> None:
     print(f"database: {where}, PostgreSQL {server_version(conninfo)} at {describe(conninfo)},"
           f" schema {SCHEMA!r}")
     print(f"runs: {runs} per figure, pglock and floor interleaved; herd of {herd}")
-    print("floor: same interpreter; import psycopg, connect, the SQL of a run (version check,"
-          " ACQUIRE, START, FINISH, RELEASE), spawn the command")
+    print("floor: same interpreter; import psycopg, connect (same parameters), the SQL of a run"
+          " (version check, ACQUIRE, START, FINISH, RELEASE), spawn the command")
 
 
 def main() -> int:
