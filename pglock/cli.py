@@ -208,6 +208,18 @@ def _main(
     """Run a cron job on exactly one host of a fleet, locked in PostgreSQL."""
 
 
+def _parser(args: list[str]) -> tuple[typer.core.TyperCommand | typer.core.TyperGroup,
+                                      list[str], str]:
+    """The command that parses `args`: for `run`, its own alone, as every cron run pays
+    for building the others (a shell's completion request always gets the whole tree)."""
+    if args[:1] == ["run"] and not os.environ.get(COMPLETE_VAR):
+        info = next(c for c in app.registered_commands if c.callback is run)
+        command = typer.main.get_command_from_info(
+            info, pretty_exceptions_short=True, rich_markup_mode=None)
+        return command, args[1:], "pglock run"  # type: ignore[return-value]
+    return typer.main.get_command(app), args, "pglock"  # type: ignore[return-value]
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one line on stderr for bad input, never a traceback."""
     from typer import _click
@@ -218,9 +230,10 @@ def main(argv: list[str] | None = None) -> int:
         from typer._completion_classes import completion_init
 
         completion_init()
-    command = typer.main.get_command(app)
+    args = sys.argv[1:] if argv is None else argv
+    command, args, prog_name = _parser(args)
     try:
-        code = command.main(args=argv, prog_name="pglock", standalone_mode=False)
+        code = command.main(args=args, prog_name=prog_name, standalone_mode=False)
     except _click.exceptions.UsageError as error:
         where = error.ctx.command_path if error.ctx else "pglock"
         print(f"pglock: {error.format_message()} (see '{where} --help')", file=sys.stderr)

@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import os
-import tomllib
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -40,12 +39,18 @@ def read_config_file() -> tuple[Path | None, dict[str, object]]:
     paths = config_paths()
     for path in paths:
         try:
-            with path.open("rb") as handle:
-                return path, tomllib.load(handle)
+            handle = path.open("rb")
         except FileNotFoundError:
             continue
-        except (OSError, tomllib.TOMLDecodeError) as error:
-            raise ConfigError(f"config file {path}: {error}") from error
+        except OSError as error:
+            raise ConfigError(f"config file {path}: {error.strerror}") from error
+        import tomllib  # only when there is a file: every run's start-up counts
+
+        with handle:
+            try:
+                return path, tomllib.load(handle)
+            except tomllib.TOMLDecodeError as error:
+                raise ConfigError(f"config file {path}: {error}") from error
     if os.environ.get("PGLOCK_CONFIG"):
         raise ConfigError(f"config file {paths[0]} (PGLOCK_CONFIG) does not exist")
     return None, {}

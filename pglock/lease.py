@@ -10,7 +10,6 @@ Release expires the row (after --min-hold) instead of deleting it.
 from __future__ import annotations
 
 import os
-import secrets
 import socket
 from dataclasses import dataclass, field
 from datetime import timedelta
@@ -66,7 +65,7 @@ class Lease:
     holder: str = field(default_factory=socket.gethostname)
     holder_pid: int = field(default_factory=os.getpid)
     # Random per process: a pid alone repeats across containers and reboots.
-    holder_id: str = field(default_factory=lambda: secrets.token_hex(8))
+    holder_id: str = field(default_factory=lambda: os.urandom(8).hex())
     fencing_token: int | None = None
     backend_pid: int | None = None
 

@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from importlib import resources
 from typing import Any
 
 import psycopg
@@ -26,6 +25,8 @@ def query(text: str, schema: str) -> sql.Composed:
 
 def ddl(schema: str) -> sql.Composed:
     """The whole DDL of this version, for `init --print-sql` and for creation."""
+    from importlib import resources
+
     text = resources.files("pglock").joinpath("sql/schema.sql").read_text()
     return query(text, schema)
 

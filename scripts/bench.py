@@ -15,6 +15,7 @@ A throwaway embedded server is started unless PGLOCK_BENCH_DSN names one; the sc
 from __future__ import annotations
 
 import argparse
+import compileall
 import contextlib
 import os
 import re
@@ -656,6 +657,9 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--runs", type=int, help="runs per timed figure (default 20; quick 5)")
     parser.add_argument("--herd", type=int, help="contenders in the herd (default 200; quick 50)")
     parser.add_argument("--quick", action="store_true", help="fewer iterations, for smoke use")
+    parser.add_argument("--only", action="append", metavar="SECTION",
+                        help="run only these sections: run, embedded, startup, imports, "
+                             "memory, herd (repeatable)")
     return parser.parse_args()
 
 
@@ -689,6 +693,9 @@ def main() -> int:
         if external:
             stack.callback(safely("dropping schema bench", lambda: drop_schema(conninfo, SCHEMA)))
         floor = write_floor(tmp, conninfo)
+        # An installed pglock has its bytecode compiled by pip; a checkout under
+        # PYTHONDONTWRITEBYTECODE would recompile every module on every run.
+        compileall.compile_dir(str(Path(pglock.__file__).parent), quiet=1)
         sections: list[tuple[str, Callable[[], None]]] = [
             ("run", lambda: bench_run(stack, conninfo, floor, runs)),
             ("embedded", lambda: bench_embedded(stack, tmp, runs)),
@@ -698,6 +705,8 @@ def main() -> int:
             ("herd", lambda: bench_herds(stack, tmp, size)),
         ]
         for name, section in sections:
+            if args.only and name not in args.only:
+                continue
             try:
                 section()
             except (BenchError, OSError, psycopg.Error, subprocess.SubprocessError) as error:
