@@ -60,6 +60,10 @@ def _configure_output(verbose: bool, quiet: bool) -> None:
     own.setLevel(logging.CRITICAL + 1 if quiet else logging.WARNING)
 
 
+def _optional_duration(text: str | None, option: str) -> float | None:
+    return None if text is None else parse_duration(text, option=option)
+
+
 def _fail(error: PglockError) -> int:
     log = logging.getLogger("pglock")
     if log.isEnabledFor(logging.DEBUG):
@@ -92,9 +96,22 @@ def run(
     on_lost: Annotated[str, typer.Option(envvar="PGLOCK_ON_LOST", metavar="kill|continue",
         help="What to do when the lock is lost while the command runs.")] = "kill",
     conflict_exit_code: Annotated[int, typer.Option(envvar="PGLOCK_CONFLICT_EXIT_CODE",
-        help="Exit code when the lock is held elsewhere.")] = int(ExitStatus.CONFLICT),
+        help="Exit code when the lock is held elsewhere, the slot already ran, or past "
+             "--deadline.")] = int(ExitStatus.CONFLICT),
     holder: Annotated[str | None, typer.Option(envvar="PGLOCK_HOLDER", show_default=False,
         help="Identity recorded and shown [default: host name].")] = None,
+    schedule: Annotated[str | None, typer.Option(metavar="CRON", show_default=False,
+        help="The job's crontab expression: each slot runs once, overdue slots show in "
+             "status and check.")] = None,
+    tz: Annotated[str | None, typer.Option(envvar="PGLOCK_TZ", metavar="ZONE",
+        show_default=False, help="Time zone the schedule is read in [default: local].")] = None,
+    deadline: Annotated[str | None, typer.Option(envvar="PGLOCK_DEADLINE", metavar="DURATION",
+        show_default=False,
+        help="With --schedule: do not run when starting more than this after the slot.")] = None,
+    grace: Annotated[str | None, typer.Option(envvar="PGLOCK_GRACE", metavar="DURATION",
+        show_default=False,
+        help="With --schedule: how late a slot may start before the job counts as overdue "
+             "[default: 10% of the interval, at least 1m].")] = None,
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: ConnectTimeout = "10s",
@@ -116,12 +133,14 @@ def run(
             wait=parse_duration(wait, option="--wait"),
             jitter=parse_duration(jitter, option="--jitter"),
             min_hold=parse_duration(min_hold, option="--min-hold"),
-            max_runtime=None if max_runtime is None
-            else parse_duration(max_runtime, option="--max-runtime"),
+            max_runtime=_optional_duration(max_runtime, "--max-runtime"),
             kill_after=parse_duration(kill_after, option="--kill-after"),
             on_lost=on_lost, conflict_exit_code=conflict_exit_code,
             holder=holder or socket.gethostname(),
-            connect_timeout=parse_duration(connect_timeout, option="--connect-timeout"))
+            connect_timeout=parse_duration(connect_timeout, option="--connect-timeout"),
+            schedule=schedule, tz=tz,
+            deadline=_optional_duration(deadline, "--deadline"),
+            grace=_optional_duration(grace, "--grace"))
         options.validate()
         with database.opened(config.resolve_target(dsn)) as conninfo:
             return execute(options, conninfo)
