@@ -12,7 +12,7 @@ from typing import Annotated
 import typer
 
 from pglock import __version__
-from pglock.durations import parse_duration
+from pglock.durations import parse_duration, parse_size
 from pglock.errors import ExitStatus, Interrupted, PglockError
 
 app = typer.Typer(
@@ -112,6 +112,12 @@ def run(
         show_default=False,
         help="With --schedule: how late a slot may start before the job counts as overdue "
              "[default: 10% of the interval, at least 1m].")] = None,
+    output_tail: Annotated[str, typer.Option(envvar="PGLOCK_OUTPUT_TAIL", metavar="SIZE",
+        help="Keep the last SIZE bytes of the command's output in its history row "
+             "(not on a terminal; 0: keep none).")] = "4KiB",
+    output_on_failure: Annotated[bool, typer.Option(envvar="PGLOCK_OUTPUT_ON_FAILURE",
+        help="Hold the command's output back; print it only if the command fails "
+             "(as chronic).")] = False,
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: ConnectTimeout = "10s",
@@ -140,7 +146,9 @@ def run(
             connect_timeout=parse_duration(connect_timeout, option="--connect-timeout"),
             schedule=schedule, tz=tz,
             deadline=_optional_duration(deadline, "--deadline"),
-            grace=_optional_duration(grace, "--grace"))
+            grace=_optional_duration(grace, "--grace"),
+            output_tail=parse_size(output_tail, option="--output-tail"),
+            output_on_failure=output_on_failure)
         options.validate()
         with database.opened(config.resolve_target(dsn)) as conninfo:
             return execute(options, conninfo)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -20,7 +21,7 @@ from typing import Any
 
 import psycopg
 
-from pglock import clock, database, history, lease, schema
+from pglock import clock, database, history, lease, output, schema
 from pglock.config import check_job
 from pglock.errors import ExitStatus, Interrupted, PglockError, UsageError
 from pglock.heartbeat import Heartbeat, check_ttl
@@ -51,6 +52,8 @@ class RunOptions:
     tz: str | None = None
     deadline: float | None = None
     grace: float | None = None
+    output_tail: int = output.DEFAULT_TAIL
+    output_on_failure: bool = False
 
     def validate(self) -> None:
         """Refuse bad input before anything touches the database."""
@@ -66,6 +69,7 @@ class RunOptions:
             raise UsageError("--max-runtime must be more than 0")
         if not self.holder or len(self.holder) > 200:
             raise UsageError("--holder must be 1-200 characters")
+        output.check_tail_size(self.output_tail)
         self._validate_schedule()
 
     def _validate_schedule(self) -> None:
@@ -338,7 +342,7 @@ def execute(options: RunOptions, conninfo: str) -> int:
 
 
 def _start(session: Session, claim: lease.Lease, options: RunOptions, gate: SignalGate,
-           scheduled: history.Scheduled | None,
+           scheduled: history.Scheduled | None, capture: output.Capture | None = None,
            ) -> tuple[history.StartedRun, Child | CannotStart] | None:
     """Record the run as started, then fork the command (or say why it could not start).
 
@@ -359,7 +363,8 @@ def _start(session: Session, claim: lease.Lease, options: RunOptions, gate: Sign
                 log.debug("job %r: skipped: this slot already ran", options.job)
                 return None
         try:
-            gate.child = Child.spawn(options.command, command_environment(options, claim, run.id))
+            gate.child = Child.spawn(options.command, command_environment(options, claim, run.id),
+                                     None if capture is None else capture.child_fds())
         except CannotStart as error:
             return run, error
         return run, gate.child
@@ -367,7 +372,12 @@ def _start(session: Session, claim: lease.Lease, options: RunOptions, gate: Sign
 
 def _run_locked(session: Session, claim: lease.Lease, options: RunOptions, gate: SignalGate,
                 sent: float, scheduled: history.Scheduled | None) -> int:
-    started = _start(session, claim, options, gate, scheduled)
+    capture = None
+    if output.should_capture(options.output_tail, options.output_on_failure):
+        capture = output.Capture(options.output_tail, options.output_on_failure)
+    started = _start(session, claim, options, gate, scheduled, capture)
+    if capture is not None and (started is None or isinstance(started[1], CannotStart)):
+        capture.abandon()
     if started is None:
         return options.conflict_exit_code
     run, child = started
@@ -377,18 +387,30 @@ def _run_locked(session: Session, claim: lease.Lease, options: RunOptions, gate:
         raise child
     heartbeat = Heartbeat(claim, lambda: session.connect(claim.ttl / 3), acquired_sent_at=sent,
                           kill_after=options.kill_after, on_lost=gate.wake)
-    heartbeat.start()
-    supervision = Supervision(child, heartbeat, gate, options)
-    try:
-        returncode = supervision.wait()
-    finally:
-        heartbeat.stop()
-    result, code = supervision.result(returncode)
+    result, code = _supervise(Supervision(child, heartbeat, gate, options), capture)
+    if capture is not None:
+        capture.release(failed=result.outcome is not Outcome.SUCCEEDED)
     _finish(session, claim, run.id, result, options)
     if result.outcome is Outcome.LOCK_LOST:
         action = "stopped" if options.on_lost == "kill" else "let finish (--on-lost continue)"
         log.warning("job %r: %s; the command was %s", options.job, result.error, action)
     return code
+
+
+def _supervise(supervision: Supervision,
+              capture: output.Capture | None) -> tuple[RunResult, int]:
+    """Run to the end with the lease renewed; the result (with the output tail) and exit code."""
+    if capture is not None:
+        capture.start()
+    supervision.heartbeat.start()
+    try:
+        result, code = supervision.result(supervision.wait())
+        if capture is not None:
+            # Still renewing: helpers the command left behind may be finishing their output.
+            result = dataclasses.replace(result, output_tail=capture.finish())
+    finally:
+        supervision.heartbeat.stop()
+    return result, code
 
 
 def _finish(session: Session, claim: lease.Lease, run_id: int, result: RunResult,
