@@ -219,6 +219,10 @@ def main(argv: list[str] | None = None) -> int:
         where = error.ctx.command_path if error.ctx else "pglock"
         print(f"pglock: {error.format_message()} (see '{where} --help')", file=sys.stderr)
         code = ExitStatus.USAGE
+        if error.ctx is not None and error.ctx.command.name == "check":
+            # A monitoring system reads a plugin's bad arguments as UNKNOWN, from stdout.
+            print(f"PGLOCK UNKNOWN - {error.format_message()}")
+            code = 3
     except _click.exceptions.ClickException as error:
         print(f"pglock: {error.format_message()}", file=sys.stderr)
         code = ExitStatus.USAGE
@@ -227,3 +231,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is not None:
         return int(code or 0)
     sys.exit(code or 0)
+
+
+# The monitoring commands live in their own module; importing it registers them.
+from pglock import cli_monitor  # noqa: E402, F401
