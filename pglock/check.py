@@ -73,6 +73,7 @@ class Report:
     summary: str
     verdicts: tuple[Verdict, ...] = ()
     only_job: str | None = None
+    now: datetime | None = None
 
 
 def worst(statuses: list[Status]) -> Status:
@@ -118,7 +119,7 @@ def evaluate(snapshot: Snapshot, thresholds: Thresholds, job: str | None = None)
     summary = f"{jobs}: {parts + ', ' if parts else ''}{ok} ok"
     perfdata = " ".join([f"jobs={len(verdicts)}", f"ok={ok}",
                          *(f"{problem}={n}" for problem, n in counts.items())])
-    return Report(status, f"{summary} | {perfdata}", verdicts, job)
+    return Report(status, f"{summary} | {perfdata}", verdicts, job, snapshot.now)
 
 
 def unknown(reason: str) -> Report:
@@ -132,7 +133,7 @@ def render_text(report: Report) -> str:
     for verdict in report.verdicts:
         if verdict.status is Status.OK and report.only_job is None:
             continue
-        reasons = "; ".join(verdict.reasons) or _healthy(verdict.job)
+        reasons = "; ".join(verdict.reasons) or _healthy(verdict.job, report.now)
         lines.append(f"{verdict.status.name}: {verdict.job.job}: {reasons}")
     return "\n".join(lines)
 
@@ -160,12 +161,18 @@ def _job_json(verdict: Verdict) -> dict[str, Any]:
         "missed_slots": 0 if due is None else due.missed}
 
 
-def _healthy(job: JobHealth) -> str:
+def _healthy(job: JobHealth, now: datetime | None) -> str:
     if job.running:
-        return f"running on {job.lock_holder}"
-    if job.last_outcome is None:
-        return "no run has finished yet"
-    return f"last run {job.last_outcome}"
+        state = f"running on {job.lock_holder}"
+    elif job.last_outcome is None:
+        state = "no run has finished yet"
+    else:
+        state = f"last run {job.last_outcome}"
+        if now is not None:
+            state += f" {_ago(job.last_finished_at, now)}"
+    if job.due is not None:
+        state += f", next due {job.due.next_fire.isoformat()}"
+    return state
 
 
 def _ago(moment: datetime | None, now: datetime) -> str:
