@@ -97,7 +97,7 @@ WITH previous AS (
     UPDATE {schema}.runs r
     SET finished_at = r.started_at + %(duration)s, duration = %(duration)s,
         exit_code = %(exit_code)s, signal = %(signal)s, outcome = %(outcome)s,
-        error = %(error)s, output_tail = %(output_tail)s
+        error = %(error)s, output_tail = %(output_tail)b
     FROM previous p, {schema}.jobs j WHERE r.id = p.id AND j.job = r.job
     RETURNING r.id, r.job, r.finished_at, r.duration, r.exit_code, r.outcome, p.outcome AS was,
               r.id >= coalesce(j.last_finished_run_id, 0) AS newer

@@ -55,16 +55,27 @@ def should_capture(tail_size: int, hold_back: bool) -> bool:
 
 
 class Tail:
-    """The last `size` bytes seen, in arrival order."""
+    """The last `size` bytes seen, in arrival order, in a ring that never reallocates."""
 
     def __init__(self, size: int) -> None:
         self.size = size
-        self.data = bytearray()
+        self.ring = bytearray(size)
+        self.end = 0
+        self.wrapped = False
 
     def add(self, chunk: bytes) -> None:
-        self.data += chunk[-self.size:]
-        if len(self.data) > self.size:
-            del self.data[:len(self.data) - self.size]
+        data = memoryview(chunk)[-self.size:]
+        first = min(len(data), self.size - self.end)
+        self.ring[self.end:self.end + first] = data[:first]
+        rest = len(data) - first
+        self.ring[:rest] = data[first:]
+        self.wrapped = self.wrapped or self.end + len(data) >= self.size
+        self.end = (self.end + len(data)) % self.size
+
+    def value(self) -> bytes:
+        if not self.wrapped:
+            return bytes(self.ring[:self.end])
+        return bytes(self.ring[self.end:]) + bytes(self.ring[:self.end])
 
 
 class HeldBack:
@@ -133,7 +144,7 @@ class Capture:
             self._stop.set()
             self._thread.join(0.5)
         with self._lock:
-            return bytes(self.tail.data) if self.tail is not None else None
+            return self.tail.value() if self.tail is not None else None
 
     def release(self, failed: bool) -> None:
         """Print held-back output if the command failed; drop it otherwise."""

@@ -7,6 +7,7 @@ import os
 import pty
 import random
 import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -97,3 +98,35 @@ def test_bad_sizes_are_usage_errors(env: Env, size: str, words: str) -> None:
     result = env.run("run", "--job", "bad", "--output-tail", size, "--", "true")
     assert result.returncode == 2
     assert words in one_line(result.stderr)
+
+
+def peak_rss_kib(env: Env, *args: str) -> int:
+    """Peak resident memory of one `pglock run` (the largest of a fresh parent's children)."""
+    code = ("import resource, subprocess, sys; "
+            "subprocess.run(sys.argv[1:], stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL); "
+            "print(resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss)")
+    result = subprocess.run([sys.executable, "-c", code, PGLOCK, "run", *args], env=env.env,
+                            capture_output=True, text=True, timeout=60, check=True)
+    return int(result.stdout)
+
+
+def test_capturing_much_output_costs_the_wrapper_little_memory(env: Env) -> None:
+    flood = ["--", "sh", "-c", "head -c 10000000 /dev/zero; exit 1"]
+    plain = peak_rss_kib(env, "--job", "flood", "--output-tail", "0", *flood)
+    tail = peak_rss_kib(env, "--job", "flood", *flood)
+    held = peak_rss_kib(env, "--job", "flood", "--output-on-failure", *flood)
+    assert [r["output_tail"] is not None for r in env.runs("flood")] == [False, True, True]
+    # 10 MB went through, or was held back (spilled to a file): the wrapper did not grow.
+    assert tail - plain < 2048 and held - plain < 2048, (plain, tail, held)
+
+
+def test_the_tail_ring_keeps_exactly_the_last_bytes() -> None:
+    rand = random.Random(5)
+    for size in (1, 7, 100, 4096):
+        for _ in range(100):
+            tail, seen = output.Tail(size), b""
+            for _ in range(rand.randint(0, 12)):
+                chunk = rand.randbytes(rand.randint(1, 3 * size))
+                tail.add(chunk)
+                seen += chunk
+            assert tail.value() == seen[-size:]
