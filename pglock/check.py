@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import enum
 import json
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -71,6 +71,7 @@ class Report:
 
     status: Status
     summary: str
+    counts: dict[str, int] = field(default_factory=dict)
     verdicts: tuple[Verdict, ...] = ()
     only_job: str | None = None
     now: datetime | None = None
@@ -117,9 +118,8 @@ def evaluate(snapshot: Snapshot, thresholds: Thresholds, job: str | None = None)
     jobs = "1 job" if len(verdicts) == 1 else f"{len(verdicts)} jobs"
     parts = ", ".join(f"{n} {problem}" for problem, n in counts.items() if n)
     summary = f"{jobs}: {parts + ', ' if parts else ''}{ok} ok"
-    perfdata = " ".join([f"jobs={len(verdicts)}", f"ok={ok}",
-                         *(f"{problem}={n}" for problem, n in counts.items())])
-    return Report(status, f"{summary} | {perfdata}", verdicts, job, snapshot.now)
+    numbers = {"jobs": len(verdicts), "ok": ok, **{str(p): n for p, n in counts.items()}}
+    return Report(status, summary, numbers, verdicts, job, snapshot.now)
 
 
 def unknown(reason: str) -> Report:
@@ -129,7 +129,9 @@ def unknown(reason: str) -> Report:
 
 def render_text(report: Report) -> str:
     """The summary line, then a line per job that is not OK (or the one job asked about)."""
-    lines = [f"PGLOCK {report.status.name} - {report.summary}"]
+    perfdata = " ".join(f"{name}={value}" for name, value in report.counts.items())
+    lines = [f"PGLOCK {report.status.name} - {report.summary}"
+             + (f" | {perfdata}" if perfdata else "")]
     for verdict in report.verdicts:
         if verdict.status is Status.OK and report.only_job is None:
             continue
@@ -142,7 +144,7 @@ def render_json(report: Report) -> str:
     """Everything, for machines."""
     return json.dumps({
         "status": report.status.name, "exit_code": int(report.status),
-        "summary": report.summary,
+        "summary": report.summary, "counts": report.counts,
         "jobs": [_job_json(verdict) for verdict in report.verdicts]}, indent=2)
 
 
