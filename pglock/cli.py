@@ -13,7 +13,7 @@ from typing import Annotated
 import typer
 
 from pglock import __version__
-from pglock.durations import parse_duration
+from pglock.durations import parse_duration, parse_size
 from pglock.errors import ExitStatus, Interrupted, PglockError
 
 # The variable a shell's completion script sets when it asks pglock for candidates.
@@ -80,6 +80,10 @@ def _configure_output(verbose: bool, quiet: bool) -> None:
     own.setLevel(logging.CRITICAL + 1 if quiet else logging.WARNING)
 
 
+def _optional_duration(text: str | None, option: str) -> float | None:
+    return None if text is None else parse_duration(text, option=option)
+
+
 def _fail(error: PglockError) -> int:
     log = logging.getLogger("pglock")
     if log.isEnabledFor(logging.DEBUG):
@@ -113,11 +117,30 @@ def run(
         help="Grace between SIGTERM and SIGKILL.")] = "10s",
     on_lost: Annotated[str, typer.Option(envvar="PGLOCK_ON_LOST", metavar="kill|continue",
         help="What to do when the lock is lost while the command runs.")] = "kill",
-    conflict_exit_code: Annotated[int, typer.Option(envvar="PGLOCK_CONFLICT_EXIT_CODE", metavar="N",
-        help="Exit code when the lock is held elsewhere.")] = int(ExitStatus.CONFLICT),
+    conflict_exit_code: Annotated[int, typer.Option(envvar="PGLOCK_CONFLICT_EXIT_CODE",
+        metavar="N", help="Exit code when the lock is held elsewhere, the slot already ran, "
+                          "or past --deadline.")] = int(ExitStatus.CONFLICT),
     holder: Annotated[str | None, typer.Option(envvar="PGLOCK_HOLDER", show_default=False,
         metavar="NAME",
         help="Identity recorded and shown [default: host name].")] = None,
+    schedule: Annotated[str | None, typer.Option(metavar="CRON", show_default=False,
+        help="The job's crontab expression: each slot runs once, overdue slots show in "
+             "status and check.")] = None,
+    tz: Annotated[str | None, typer.Option(envvar="PGLOCK_TZ", metavar="ZONE",
+        show_default=False, help="Time zone the schedule is read in [default: local].")] = None,
+    deadline: Annotated[str | None, typer.Option(envvar="PGLOCK_DEADLINE", metavar="DURATION",
+        show_default=False,
+        help="With --schedule: do not run when starting more than this after the slot.")] = None,
+    grace: Annotated[str | None, typer.Option(envvar="PGLOCK_GRACE", metavar="DURATION",
+        show_default=False,
+        help="With --schedule: how late a slot may start before the job counts as overdue "
+             "[default: 10% of the interval, at least 1m].")] = None,
+    output_tail: Annotated[str, typer.Option(envvar="PGLOCK_OUTPUT_TAIL", metavar="SIZE",
+        help="Keep the last SIZE bytes of the command's output in its history row "
+             "(not on a terminal; 0: keep none).")] = "4KiB",
+    output_on_failure: Annotated[bool, typer.Option(envvar="PGLOCK_OUTPUT_ON_FAILURE",
+        help="Hold the command's output back; print it only if the command fails "
+             "(as chronic).")] = False,
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: ConnectTimeout = "10s",
@@ -139,12 +162,16 @@ def run(
             wait=parse_duration(wait, option="--wait"),
             jitter=parse_duration(jitter, option="--jitter"),
             min_hold=parse_duration(min_hold, option="--min-hold"),
-            max_runtime=None if max_runtime is None
-            else parse_duration(max_runtime, option="--max-runtime"),
+            max_runtime=_optional_duration(max_runtime, "--max-runtime"),
             kill_after=parse_duration(kill_after, option="--kill-after"),
             on_lost=on_lost, conflict_exit_code=conflict_exit_code,
             holder=holder or socket.gethostname(),
-            connect_timeout=parse_duration(connect_timeout, option="--connect-timeout"))
+            connect_timeout=parse_duration(connect_timeout, option="--connect-timeout"),
+            schedule=schedule, tz=tz,
+            deadline=_optional_duration(deadline, "--deadline"),
+            grace=_optional_duration(grace, "--grace"),
+            output_tail=parse_size(output_tail, option="--output-tail"),
+            output_on_failure=output_on_failure)
         options.validate()
         with database.opened(config.resolve_target(dsn)) as conninfo:
             return execute(options, conninfo)
@@ -238,6 +265,10 @@ def main(argv: list[str] | None = None) -> int:
         where = error.ctx.command_path if error.ctx else "pglock"
         print(f"pglock: {error.format_message()} (see '{where} --help')", file=sys.stderr)
         code = ExitStatus.USAGE
+        if error.ctx is not None and error.ctx.command.name == "check":
+            # A monitoring system reads a plugin's bad arguments as UNKNOWN, from stdout.
+            print(f"PGLOCK UNKNOWN - {error.format_message()}")
+            code = 3
     except _click.exceptions.ClickException as error:
         print(f"pglock: {error.format_message()}", file=sys.stderr)
         code = ExitStatus.USAGE
@@ -246,3 +277,7 @@ def main(argv: list[str] | None = None) -> int:
     if argv is not None:
         return int(code or 0)
     sys.exit(code or 0)
+
+
+# The monitoring commands live in their own module; importing it registers them.
+from pglock import cli_monitor  # noqa: E402, F401

@@ -48,16 +48,29 @@ WITH abandoned AS (
     SELECT * FROM abandoned ORDER BY id DESC LIMIT 1
 ), summary AS (
     INSERT INTO {schema}.jobs AS j
-        (job, mode, schedule, timezone, last_run_id, last_started_at, last_holder,
-         last_finished_run_id, last_finished_at, last_outcome, last_duration, outcome_counts)
-    SELECT %(job)s, %(mode)s, %(schedule)s, %(timezone)s, s.id, s.started_at, %(holder)s,
+        (job, mode, schedule, timezone, last_slot, next_slot, grace, last_run_id,
+         last_started_at, last_holder, last_finished_run_id, last_finished_at, last_outcome,
+         last_duration, outcome_counts, consecutive_failures)
+    SELECT %(job)s, %(mode)s, %(schedule)s, %(timezone)s, %(slot)s, %(next_slot)s, %(grace)s,
+           s.id, s.started_at, %(holder)s,
            a.id, a.finished_at, CASE WHEN a.id IS NOT NULL THEN 'abandoned' END, a.duration,
            CASE WHEN a.id IS NOT NULL
                 THEN jsonb_build_object('abandoned', (SELECT count(*) FROM abandoned))
-                ELSE '{{}}' END
+                ELSE '{{}}' END,
+           (SELECT count(*) FROM abandoned)
     FROM started s LEFT JOIN latest_abandoned a ON true
     ON CONFLICT (job) DO UPDATE SET
         mode = excluded.mode, schedule = excluded.schedule, timezone = excluded.timezone,
+        -- A run of an older slot that got the lock late (--wait) must not move the slots
+        -- back, unless the schedule itself changed.
+        last_slot = CASE WHEN excluded.last_slot < j.last_slot
+                          AND (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
+                         THEN j.last_slot ELSE excluded.last_slot END,
+        next_slot = CASE WHEN excluded.last_slot < j.last_slot
+                          AND (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
+                         THEN j.next_slot ELSE excluded.next_slot END,
+        grace = excluded.grace,
+        consecutive_failures = j.consecutive_failures + (SELECT count(*) FROM abandoned),
         last_run_id = excluded.last_run_id, last_started_at = excluded.last_started_at,
         last_holder = excluded.last_holder,
         last_finished_run_id = coalesce(excluded.last_finished_run_id, j.last_finished_run_id),
@@ -85,7 +98,7 @@ WITH previous AS (
     UPDATE {schema}.runs r
     SET finished_at = r.started_at + %(duration)s, duration = %(duration)s,
         exit_code = %(exit_code)s, signal = %(signal)s, outcome = %(outcome)s,
-        error = %(error)s, output_tail = %(output_tail)s
+        error = %(error)s, output_tail = %(output_tail)b
     FROM previous p, {schema}.jobs j WHERE r.id = p.id AND j.job = r.job
     RETURNING r.id, r.job, r.finished_at, r.duration, r.exit_code, r.outcome, p.outcome AS was,
               r.id >= coalesce(j.last_finished_run_id, 0) AS newer
@@ -96,6 +109,11 @@ UPDATE {schema}.jobs j SET
     last_outcome = CASE WHEN f.newer THEN f.outcome ELSE j.last_outcome END,
     last_exit_code = CASE WHEN f.newer THEN f.exit_code ELSE j.last_exit_code END,
     last_duration = CASE WHEN f.newer THEN f.duration ELSE j.last_duration END,
+    -- An abandoned run was counted as a failure when it was marked so.
+    consecutive_failures = CASE WHEN NOT f.newer THEN j.consecutive_failures
+                                WHEN f.outcome = 'succeeded' THEN 0
+                                WHEN f.was = 'abandoned' THEN j.consecutive_failures
+                                ELSE j.consecutive_failures + 1 END,
     last_success_at = CASE WHEN f.outcome = 'succeeded'
                            THEN greatest(f.finished_at, j.last_success_at)
                            ELSE j.last_success_at END,
@@ -130,15 +148,31 @@ class RunResult:
     output_tail: bytes | None = None
 
 
+@dataclass(frozen=True)
+class Scheduled:
+    """What a scheduled run records about its schedule."""
+
+    schedule: str
+    timezone: str
+    slot: datetime
+    next_slot: datetime
+    grace: float
+
+
 def start(conn: psycopg.Connection[Any], schema: str, *, job: str, mode: str, holder: str,
           holder_pid: int, fencing_token: int | None, command: str,
-          slot: datetime | None = None, schedule: str | None = None,
-          timezone: str | None = None) -> StartedRun:
-    """Record a run as started (and any run its vanished predecessor left as abandoned)."""
+          scheduled: Scheduled | None = None) -> StartedRun:
+    """Record a run as started (and any run its vanished predecessor left as abandoned).
+
+    With a schedule, a second run of the same slot raises psycopg.errors.UniqueViolation.
+    """
     row = conn.execute(query(START, schema), {
         "job": job, "mode": mode, "holder": holder, "holder_pid": holder_pid,
-        "fencing_token": fencing_token, "command": command, "slot": slot,
-        "schedule": schedule, "timezone": timezone}).fetchone()
+        "fencing_token": fencing_token, "command": command,
+        "slot": scheduled and scheduled.slot, "next_slot": scheduled and scheduled.next_slot,
+        "schedule": scheduled and scheduled.schedule,
+        "timezone": scheduled and scheduled.timezone,
+        "grace": scheduled and timedelta(seconds=scheduled.grace)}).fetchone()
     assert row is not None
     return StartedRun(id=row[0], started_at=row[1])
 

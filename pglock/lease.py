@@ -1,40 +1,52 @@
 """The lease: an expiring row per job, timed by the database clock alone.
 
 Acquire inserts the job's row, or takes it over where it has expired or is already
-ours, in one statement; each acquisition bumps the fencing token, and the row is never
-deleted, so the token never goes down. Renew pushes the expiry out only while the row
-still carries our holder id and token and has not been cleared: zero rows means lost.
+ours, in one statement (with a schedule, only while the slot has no run); each
+acquisition bumps the fencing token, and the row is never deleted, so the token never
+goes down. Renew pushes the expiry out only while the row still carries our holder id
+and token and has not been cleared: zero rows means lost.
 Release expires the row (after --min-hold) instead of deleting it.
 """
 
 from __future__ import annotations
 
+import enum
 import os
 import socket
 from dataclasses import dataclass, field
-from datetime import timedelta
+from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
 
 from pglock.schema import query
 
+# A slot that already has a run is done, even after that run released the lock: the
+# loser of a scheduled race costs one statement, and learns why it lost.
 ACQUIRE = """
-INSERT INTO {schema}.locks AS l
-    (job, mode, holder, holder_pid, holder_id, fencing_token, ttl,
-     acquired_at, renewed_at, expires_at, backend_pid)
-VALUES (%(job)s, %(mode)s, %(holder)s, %(holder_pid)s, %(holder_id)s, 1, %(ttl)s,
-        clock_timestamp(), clock_timestamp(), clock_timestamp() + %(ttl)s, %(backend_pid)s)
-ON CONFLICT (job) DO UPDATE SET
-    mode = excluded.mode, holder = excluded.holder, holder_pid = excluded.holder_pid,
-    holder_id = excluded.holder_id, fencing_token = l.fencing_token + 1, ttl = excluded.ttl,
-    acquired_at = excluded.acquired_at, renewed_at = excluded.renewed_at,
-    expires_at = excluded.expires_at, released_at = NULL, backend_pid = excluded.backend_pid,
-    cleared_at = NULL, cleared_by = NULL
-WHERE l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
-   -- Holding the advisory lock proves an advisory row's holder is gone.
-   OR (%(advisory_held)s AND l.mode = 'advisory' AND l.cleared_at IS NULL)
-RETURNING fencing_token
+WITH slot_ran AS (
+    SELECT EXISTS (SELECT 1 FROM {schema}.runs WHERE job = %(job)s AND slot = %(slot)s) AS ran
+), taken AS (
+    INSERT INTO {schema}.locks AS l
+        (job, mode, holder, holder_pid, holder_id, fencing_token, ttl,
+         acquired_at, renewed_at, expires_at, backend_pid)
+    SELECT %(job)s::text, %(mode)s::text, %(holder)s::text, %(holder_pid)s::integer,
+           %(holder_id)s::text, 1, %(ttl)s::interval, clock_timestamp(), clock_timestamp(),
+           clock_timestamp() + %(ttl)s::interval, %(backend_pid)s::integer
+    FROM slot_ran WHERE NOT slot_ran.ran
+    ON CONFLICT (job) DO UPDATE SET
+        mode = excluded.mode, holder = excluded.holder, holder_pid = excluded.holder_pid,
+        holder_id = excluded.holder_id, fencing_token = l.fencing_token + 1,
+        ttl = excluded.ttl, acquired_at = excluded.acquired_at,
+        renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
+        released_at = NULL, backend_pid = excluded.backend_pid,
+        cleared_at = NULL, cleared_by = NULL
+    WHERE l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
+       -- Holding the advisory lock proves an advisory row's holder is gone.
+       OR (%(advisory_held)s AND l.mode = 'advisory' AND l.cleared_at IS NULL)
+    RETURNING fencing_token
+)
+SELECT (SELECT ran FROM slot_ran), (SELECT fencing_token FROM taken)
 """
 
 RENEW = """
@@ -68,24 +80,38 @@ class Lease:
     holder_id: str = field(default_factory=lambda: os.urandom(8).hex())
     fencing_token: int | None = None
     backend_pid: int | None = None
+    # With --schedule: the slot this claim is for.
+    slot: datetime | None = None
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The lease as query parameters."""
         return {"job": self.job, "mode": self.mode, "holder": self.holder,
                 "holder_pid": self.holder_pid, "holder_id": self.holder_id,
                 "fencing_token": self.fencing_token, "ttl": timedelta(seconds=self.ttl),
-                "backend_pid": self.backend_pid, **extra}
+                "backend_pid": self.backend_pid, "slot": self.slot, **extra}
+
+
+class Attempt(enum.Enum):
+    """What one try for the lock came to."""
+
+    WON = "won"
+    HELD = "held elsewhere"
+    SLOT_RAN = "this slot already ran"
 
 
 def try_acquire(conn: psycopg.Connection[Any], lease: Lease, *,
-                advisory_held: bool = False) -> bool:
-    """Take the job's lock if it is free (or expired); sets the lease's fencing token."""
+                advisory_held: bool = False) -> Attempt:
+    """Take the job's lock if it is free (or expired) and its slot has not run yet."""
     row = conn.execute(query(ACQUIRE, lease.schema),
                        lease.params(advisory_held=advisory_held)).fetchone()
-    if row is None:
-        return False
-    lease.fencing_token = row[0]
-    return True
+    assert row is not None
+    ran, token = row
+    if ran:
+        return Attempt.SLOT_RAN
+    if token is None:
+        return Attempt.HELD
+    lease.fencing_token = token
+    return Attempt.WON
 
 
 def renew(conn: psycopg.Connection[Any], lease: Lease) -> bool:

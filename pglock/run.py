@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import dataclasses
 import logging
 import os
 import random
@@ -14,12 +15,13 @@ import time
 from collections.abc import Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import FrameType
 from typing import Any
 
 import psycopg
 
-from pglock import advisory, clock, database, history, lease, schema
+from pglock import advisory, clock, database, history, lease, output, schema
 from pglock.config import check_job
 from pglock.errors import ExitStatus, Interrupted, PglockError, UsageError
 from pglock.heartbeat import Heartbeat, LeaseRenewer, Renewer, check_ttl
@@ -47,6 +49,12 @@ class RunOptions:
     conflict_exit_code: int = ExitStatus.CONFLICT
     holder: str = field(default_factory=socket.gethostname)
     connect_timeout: float = 10.0
+    schedule: str | None = None
+    tz: str | None = None
+    deadline: float | None = None
+    grace: float | None = None
+    output_tail: int = output.DEFAULT_TAIL
+    output_on_failure: bool = False
 
     def validate(self) -> None:
         """Refuse bad input before anything touches the database."""
@@ -64,6 +72,21 @@ class RunOptions:
             raise UsageError("--max-runtime must be more than 0")
         if not self.holder or len(self.holder) > 200:
             raise UsageError("--holder must be 1-200 characters")
+        output.check_tail_size(self.output_tail)
+        self._validate_schedule()
+
+    def _validate_schedule(self) -> None:
+        if self.schedule is None:
+            for name, value in (("--tz", self.tz), ("--deadline", self.deadline),
+                                ("--grace", self.grace)):
+                if value is not None:
+                    raise UsageError(f"{name} needs --schedule")
+            return
+        from pglock import schedule
+
+        schedule.parse(self.schedule, self.tz)
+        if self.deadline is not None and self.deadline <= 0:
+            raise UsageError("--deadline must be more than 0")
 
 
 class SignalGate:
@@ -226,42 +249,67 @@ class Session:
         self.conn = None
 
 
-def acquire(session: Session, claim: lease.Lease, options: RunOptions) -> float | None:
+def plan_slot(options: RunOptions) -> tuple[history.Scheduled | None, float]:
+    """The slot of this start, and the stopwatch time past which it may no longer start."""
+    if options.schedule is None:
+        return None, float("inf")
+    from pglock import schedule
+
+    # Cron started us by this host's clock, so the slot is read on it (the same for every
+    # host whose clock is within the interval); the deadline then runs on the stopwatch.
+    wall, started = datetime.now(UTC), clock.now()
+    plan = schedule.parse(options.schedule, options.tz)
+    info = schedule.slot_info(plan, wall)
+    grace = info.default_grace if options.grace is None else options.grace
+    scheduled = history.Scheduled(plan.expr, plan.zone, info.slot, info.next, grace)
+    if options.deadline is None:
+        return scheduled, float("inf")
+    return scheduled, started + options.deadline - (wall - info.slot).total_seconds()
+
+
+def acquire(session: Session, claim: lease.Lease, options: RunOptions,
+            start_by: float = float("inf")) -> float | None:
     """Try (or wait) for the lock; the stopwatch time the winning request was sent, or None."""
-    deadline = clock.now() + options.wait
+    if clock.now() > start_by:
+        log.debug("job %r: skipped: started past --deadline", options.job)
+        return None
+    deadline = min(clock.now() + options.wait, start_by)
     attempt = 0
     with database.translated(f"cannot take the lock of job {options.job!r}"):
         conn = session.get()
         schema.ensure(conn, options.schema)
         while True:
             sent = clock.now()
-            if _try_acquire(session, conn, claim):
+            outcome = _try_acquire(session, conn, claim)
+            if outcome is lease.Attempt.WON:
                 return sent
             remaining = deadline - clock.now()
-            if remaining <= 0:
+            if outcome is lease.Attempt.SLOT_RAN or remaining <= 0:
+                log.debug("job %r: skipped: %s", options.job, outcome.value)
                 return None
             attempt += 1
             time.sleep(min(remaining, random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2**attempt)))
 
 
-def _try_acquire(session: Session, conn: psycopg.Connection[Any], claim: lease.Lease) -> bool:
+def _try_acquire(session: Session, conn: psycopg.Connection[Any],
+                 claim: lease.Lease) -> lease.Attempt:
     """One attempt; in advisory mode the session lock first, then the row."""
     if claim.mode == "lease":
         return lease.try_acquire(conn, claim)
     if not advisory.take(conn, claim):
-        return False
+        return lease.Attempt.HELD
     try:
         with session.connect() as other:
             advisory.verify_session(conn, other, claim)
-        if lease.try_acquire(conn, claim, advisory_held=True):
-            return True
+        attempt = lease.try_acquire(conn, claim, advisory_held=True)
     except BaseException:
         with contextlib.suppress(psycopg.Error):
             advisory.give_back(conn, claim)
         raise
-    # A lease-mode host holds the row: it wins, whatever the session lock says.
-    advisory.give_back(conn, claim)
-    return False
+    if attempt is not lease.Attempt.WON:
+        # A lease-mode host holds the row, or the slot ran: whatever the session lock says.
+        advisory.give_back(conn, claim)
+    return attempt
 
 
 def record_end(session: Session, claim: lease.Lease, run_id: int, result: RunResult,
@@ -299,25 +347,29 @@ def command_environment(options: RunOptions, claim: lease.Lease, run_id: int) ->
     env = dict(os.environ)
     env.update(PGLOCK_JOB=options.job, PGLOCK_RUN_ID=str(run_id),
                PGLOCK_FENCING_TOKEN=str(claim.fencing_token), PGLOCK_HOLDER=options.holder)
+    if claim.slot is not None:
+        env["PGLOCK_SLOT"] = claim.slot.isoformat()
     return env
 
 
 def execute(options: RunOptions, conninfo: str) -> int:
     """Run the command under the job's lock; pglock's exit code."""
     options.validate()
+    scheduled, start_by = plan_slot(options)
     gate = SignalGate()
     gate.install()
     if options.jitter > 0:
         time.sleep(random.uniform(0, options.jitter))
     session = Session(conninfo, options)
     claim = lease.Lease(job=options.job, schema=options.schema, ttl=options.ttl,
-                        mode=options.mode, holder=options.holder)
+                        mode=options.mode, holder=options.holder,
+                        slot=None if scheduled is None else scheduled.slot)
     try:
-        sent = acquire(session, claim, options)
+        sent = acquire(session, claim, options, start_by)
         if sent is None:
             return options.conflict_exit_code
         try:
-            return _run_locked(session, claim, options, gate, sent)
+            return _run_locked(session, claim, options, gate, sent, scheduled)
         except Interrupted:
             # Stopped before the command started: nothing ran, so nobody need wait for us.
             with contextlib.suppress(psycopg.Error, PglockError):
@@ -327,26 +379,46 @@ def execute(options: RunOptions, conninfo: str) -> int:
         session.close()
 
 
-def _start(session: Session, claim: lease.Lease, options: RunOptions,
-           gate: SignalGate) -> tuple[history.StartedRun, Child | CannotStart]:
-    """Record the run as started, then fork the command (or say why it could not start)."""
+def _start(session: Session, claim: lease.Lease, options: RunOptions, gate: SignalGate,
+           scheduled: history.Scheduled | None, capture: output.Capture | None = None,
+           ) -> tuple[history.StartedRun, Child | CannotStart] | None:
+    """Record the run as started, then fork the command (or say why it could not start).
+
+    None: another host's run of this slot got in between our acquire and our start.
+    """
     # Signals wait from the start record to the fork: a run recorded as started always
     # has a command to forward them to.
     with gate.blocked():
         with database.translated(f"cannot record the start of job {options.job!r}"):
-            run = history.start(session.get(), options.schema, job=options.job, mode=claim.mode,
-                                holder=claim.holder, holder_pid=claim.holder_pid,
-                                fencing_token=claim.fencing_token, command=options.command[0])
+            conn = session.get()
+            try:
+                run = history.start(conn, options.schema, job=options.job, mode=claim.mode,
+                                    holder=claim.holder, holder_pid=claim.holder_pid,
+                                    fencing_token=claim.fencing_token,
+                                    command=options.command[0], scheduled=scheduled)
+            except psycopg.errors.UniqueViolation:
+                lease.release(conn, claim)
+                log.debug("job %r: skipped: this slot already ran", options.job)
+                return None
         try:
-            gate.child = Child.spawn(options.command, command_environment(options, claim, run.id))
+            gate.child = Child.spawn(options.command, command_environment(options, claim, run.id),
+                                     None if capture is None else capture.child_fds())
         except CannotStart as error:
             return run, error
         return run, gate.child
 
 
 def _run_locked(session: Session, claim: lease.Lease, options: RunOptions, gate: SignalGate,
-                sent: float) -> int:
-    run, child = _start(session, claim, options, gate)
+                sent: float, scheduled: history.Scheduled | None) -> int:
+    capture = None
+    if output.should_capture(options.output_tail, options.output_on_failure):
+        capture = output.Capture(options.output_tail, options.output_on_failure)
+    started = _start(session, claim, options, gate, scheduled, capture)
+    if capture is not None and (started is None or isinstance(started[1], CannotStart)):
+        capture.abandon()
+    if started is None:
+        return options.conflict_exit_code
+    run, child = started
     if isinstance(child, CannotStart):
         result = RunResult(Outcome.FAILED, int(child.exit_status), 0.0, error=str(child))
         _finish(session, claim, run.id, result, options)
@@ -358,19 +430,31 @@ def _run_locked(session: Session, claim: lease.Lease, options: RunOptions, gate:
         renewer = LeaseRenewer(claim, lambda: session.connect(claim.ttl / 3, claim.ttl / 3))
     heartbeat = Heartbeat(renewer, acquired_sent_at=sent,
                           kill_after=options.kill_after, on_lost=gate.wake)
-    heartbeat.start()
-    supervision = Supervision(child, heartbeat, gate, options)
-    try:
-        returncode = supervision.wait()
-    finally:
-        if not heartbeat.stop():
-            session.abandon()
-    result, code = supervision.result(returncode)
+    result, code = _supervise(Supervision(child, heartbeat, gate, options), capture, session)
+    if capture is not None:
+        capture.release(failed=result.outcome is not Outcome.SUCCEEDED)
     _finish(session, claim, run.id, result, options)
     if result.outcome is Outcome.LOCK_LOST:
         action = "stopped" if options.on_lost == "kill" else "let finish (--on-lost continue)"
         log.warning("job %r: %s; the command was %s", options.job, result.error, action)
     return code
+
+
+def _supervise(supervision: Supervision, capture: output.Capture | None,
+               session: Session) -> tuple[RunResult, int]:
+    """Run to the end with the lease renewed; the result (with the output tail) and exit code."""
+    if capture is not None:
+        capture.start()
+    supervision.heartbeat.start()
+    try:
+        result, code = supervision.result(supervision.wait())
+        if capture is not None:
+            # Still renewing: helpers the command left behind may be finishing their output.
+            result = dataclasses.replace(result, output_tail=capture.finish())
+    finally:
+        if not supervision.heartbeat.stop():
+            session.abandon()
+    return result, code
 
 
 def _finish(session: Session, claim: lease.Lease, run_id: int, result: RunResult,

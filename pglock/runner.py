@@ -61,10 +61,13 @@ class Child:
         self.pid = process.pid
 
     @classmethod
-    def spawn(cls, argv: Sequence[str], env: Mapping[str, str]) -> Child:
-        """Start the command; CannotStart says why it could not."""
+    def spawn(cls, argv: Sequence[str], env: Mapping[str, str],
+              outputs: tuple[int, int] | None = None) -> Child:
+        """Start the command (output into `outputs`, else ours); CannotStart says why not."""
+        stdout, stderr = outputs or (None, None)
         try:
             process = subprocess.Popen(list(argv), env=dict(env), process_group=0,
+                                       stdout=stdout, stderr=stderr,
                                        preexec_fn=_child_setup(os.getpid()))
         except FileNotFoundError:
             raise CannotStart(f"command not found: {argv[0]}", ExitStatus.NOT_FOUND) from None

@@ -59,6 +59,13 @@ CREATE TABLE {schema}.jobs (
     mode             text NOT NULL,
     schedule         text,
     timezone         text,
+    -- With a schedule: the last run's slot, the first slot after it (so status needs no
+    -- cron arithmetic for a job that is on time), and how long past a slot a run may start.
+    last_slot        timestamptz,
+    next_slot        timestamptz,
+    grace            interval,
+    -- Finished runs since the last success, for check's thresholds.
+    consecutive_failures integer NOT NULL DEFAULT 0,
     created_at       timestamptz NOT NULL DEFAULT clock_timestamp(),
     last_run_id      bigint,
     last_started_at  timestamptz,
