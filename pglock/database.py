@@ -101,6 +101,42 @@ def connect(conninfo: str, *, application_name: str, timeout: float,
             raise ConfigError(f"the DSN is not usable: {_unquoted(first_line(error))}") from None
 
 
+class Reconnecting:
+    """A connection of one run, reopened on demand when the server dropped it."""
+
+    def __init__(self, conninfo: str, *, application_name: str, timeout: float,
+                 user_timeout: float | None = None) -> None:
+        self.conninfo = conninfo
+        self.application_name = application_name
+        self.timeout = timeout
+        self.user_timeout = user_timeout
+        self.conn: psycopg.Connection[Any] | None = None
+
+    def connect(self, timeout: float | None = None,
+                user_timeout: float | None = None) -> psycopg.Connection[Any]:
+        """A new connection of the same name (the caller owns it)."""
+        # tcp_user_timeout bounds how long a statement can hang on a vanished server.
+        user_timeout = user_timeout or self.user_timeout
+        extra = {"tcp_user_timeout": int(user_timeout * 1000)} if user_timeout else None
+        return connect(self.conninfo, application_name=self.application_name,
+                       timeout=timeout or self.timeout, extra=extra)
+
+    def get(self) -> psycopg.Connection[Any]:
+        """The run's connection, opened if it is not."""
+        if self.conn is None or self.conn.closed:
+            self.conn = self.connect()
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def abandon(self) -> None:
+        """Forget a connection another thread is stuck on; the next get() opens a new one."""
+        self.conn = None
+
+
 @contextlib.contextmanager
 def translated(action: str) -> Iterator[None]:
     """Turn psycopg's errors during `action` into one-line DatabaseErrors."""

@@ -7,26 +7,23 @@ import dataclasses
 import logging
 import os
 import random
-import selectors
-import signal
 import socket
 import threading
 import time
-from collections.abc import Iterator
-from contextlib import contextmanager
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
-from types import FrameType
 from typing import Any
 
 import psycopg
 
 from pglock import advisory, clock, database, history, lease, output, schema
 from pglock.config import check_job
+from pglock.database import Reconnecting
 from pglock.errors import ExitStatus, Interrupted, PglockError, UsageError
 from pglock.heartbeat import Heartbeat, LeaseRenewer, Renewer, check_ttl
 from pglock.history import Outcome, RunResult
-from pglock.runner import FORWARDED, STOPPING, CannotStart, Child, exit_status
+from pglock.runner import CannotStart, Child
+from pglock.supervise import SignalGate, Supervision
 
 log = logging.getLogger(__name__)
 
@@ -89,166 +86,6 @@ class RunOptions:
             raise UsageError("--deadline must be more than 0")
 
 
-class SignalGate:
-    """Before the command starts, a stop signal aborts; after, every signal is forwarded."""
-
-    def __init__(self) -> None:
-        self.child: Child | None = None
-        self.stop_signal: int | None = None
-        self.wake_r, self.wake_w = os.pipe()
-        os.set_blocking(self.wake_w, False)
-
-    def install(self) -> None:
-        for signum in FORWARDED:
-            signal.signal(signum, self._handle)
-        signal.set_wakeup_fd(self.wake_w)
-
-    def wake(self) -> None:
-        """Wake the supervising loop from another thread."""
-        with contextlib.suppress(BlockingIOError):
-            os.write(self.wake_w, b"\0")
-
-    def _handle(self, signum: int, _frame: FrameType | None) -> None:
-        if self.child is None:
-            if signum in STOPPING:
-                raise Interrupted(signum)
-            return
-        if signum not in STOPPING:
-            # USR1/USR2 mean something to the command itself (reopen logs, dump state);
-            # its helpers would merely die of them.
-            self.child.signal_leader(signum)
-            return
-        self.child.signal_group(signum, resume=False)
-        if self.stop_signal is None:
-            self.stop_signal = signum
-
-    @contextmanager
-    def blocked(self) -> Iterator[None]:
-        """Hold signals back while the command is forked, so none lands in between."""
-        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
-        try:
-            yield
-        finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-
-
-@dataclass
-class Supervision:
-    """Wait for the command while watching the lock's local deadline and --max-runtime."""
-
-    child: Child
-    heartbeat: Heartbeat
-    gate: SignalGate
-    options: RunOptions
-    started: float = field(default_factory=clock.now)
-    lost: str | None = None
-    timed_out: bool = False
-    kill_at: float | None = None
-
-    def wait(self) -> int:
-        """Block until the command exits; its return code."""
-        selector = selectors.DefaultSelector()
-        exit_fd = self.child.exit_fd()
-        if exit_fd is not None:
-            selector.register(exit_fd, selectors.EVENT_READ)
-        selector.register(self.gate.wake_r, selectors.EVENT_READ)
-        try:
-            while (returncode := self.child.poll()) is None:
-                self._check(clock.now())
-                for key, _ in selector.select(self._timeout(exit_fd is None)):
-                    if key.fd == self.gate.wake_r:
-                        os.read(self.gate.wake_r, 512)
-        finally:
-            selector.close()
-            if exit_fd is not None:
-                os.close(exit_fd)
-        if self.lost or self.timed_out:
-            # The leader is gone; nothing else of the group may go on working unlocked.
-            self.child.signal_group(signal.SIGKILL)
-        return returncode
-
-    def _check(self, now: float) -> None:
-        options = self.options
-        if self.lost is None and (self.heartbeat.lost_reason or now >= self.heartbeat.lost_at()):
-            self.lost = self.heartbeat.lost_reason or "no renewal succeeded in time"
-            if options.on_lost == "kill":
-                self._stop(now, self.heartbeat.grace)
-        if (options.max_runtime is not None and not self.timed_out
-                and now >= self.started + options.max_runtime):
-            self.timed_out = True
-            self._stop(now, options.kill_after)
-        if self.gate.stop_signal is not None and self.kill_at is None:
-            self.kill_at = now + options.kill_after
-        if self.kill_at is not None and now >= self.kill_at:
-            self.child.signal_group(signal.SIGKILL)
-            self.kill_at = float("inf")
-
-    def _stop(self, now: float, grace: float) -> None:
-        if self.kill_at is None or self.kill_at == float("inf"):
-            self.child.signal_group(signal.SIGTERM)
-            self.kill_at = now + grace
-        else:
-            self.kill_at = min(self.kill_at, now + grace)
-
-    def _timeout(self, polling: bool) -> float:
-        deadlines = [self.heartbeat.lost_at()]
-        if self.options.max_runtime is not None:
-            deadlines.append(self.started + self.options.max_runtime)
-        if self.kill_at is not None:
-            deadlines.append(self.kill_at)
-        timeout = max(0.0, min(deadlines) - clock.now())
-        return min(timeout, 0.05) if polling else min(timeout, 3600.0)
-
-    def result(self, returncode: int) -> tuple[RunResult, int]:
-        """The recorded result and pglock's exit code."""
-        status = exit_status(returncode)
-        signum = -returncode if returncode < 0 else None
-        duration = clock.now() - self.started
-        if self.lost:
-            return RunResult(Outcome.LOCK_LOST, status, duration, signum,
-                             f"lock lost: {self.lost}"), ExitStatus.INTERNAL
-        if self.timed_out:
-            return RunResult(Outcome.TIMED_OUT, status, duration, signum,
-                             "stopped by --max-runtime"), ExitStatus.TIMED_OUT
-        if self.gate.stop_signal is not None or signum is not None:
-            return RunResult(Outcome.KILLED, status, duration, signum or self.gate.stop_signal,
-                             None), status
-        outcome = Outcome.SUCCEEDED if status == 0 else Outcome.FAILED
-        return RunResult(outcome, status, duration), status
-
-
-class Session:
-    """The main connection of a run, reopened when the server dropped it."""
-
-    def __init__(self, conninfo: str, options: RunOptions) -> None:
-        self.conninfo = conninfo
-        self.options = options
-        self.application_name = f"pglock run {options.job} on {options.holder}"
-        self.conn: psycopg.Connection[Any] | None = None
-
-    def connect(self, timeout: float | None = None,
-                user_timeout: float | None = None) -> psycopg.Connection[Any]:
-        # tcp_user_timeout bounds how long a statement can hang on a vanished server.
-        extra = {"tcp_user_timeout": int(user_timeout * 1000)} if user_timeout else None
-        return database.connect(self.conninfo, application_name=self.application_name,
-                                timeout=timeout or self.options.connect_timeout, extra=extra)
-
-    def get(self) -> psycopg.Connection[Any]:
-        if self.conn is None or self.conn.closed:
-            user_timeout = 2 * advisory.CHECK_INTERVAL if self.options.mode == "advisory" else None
-            self.conn = self.connect(user_timeout=user_timeout)
-        return self.conn
-
-    def close(self) -> None:
-        if self.conn is not None:
-            self.conn.close()
-            self.conn = None
-
-    def abandon(self) -> None:
-        """Forget a connection another thread is stuck on; the next get() opens a new one."""
-        self.conn = None
-
-
 def plan_slot(options: RunOptions) -> tuple[history.Scheduled | None, float]:
     """The slot of this start, and the stopwatch time past which it may no longer start."""
     if options.schedule is None:
@@ -267,7 +104,7 @@ def plan_slot(options: RunOptions) -> tuple[history.Scheduled | None, float]:
     return scheduled, started + options.deadline - (wall - info.slot).total_seconds()
 
 
-def acquire(session: Session, claim: lease.Lease, options: RunOptions,
+def acquire(session: Reconnecting, claim: lease.Lease, options: RunOptions,
             start_by: float = float("inf")) -> float | None:
     """Try (or wait) for the lock; the stopwatch time the winning request was sent, or None."""
     if clock.now() > start_by:
@@ -291,7 +128,7 @@ def acquire(session: Session, claim: lease.Lease, options: RunOptions,
             time.sleep(min(remaining, random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2**attempt)))
 
 
-def _try_acquire(session: Session, conn: psycopg.Connection[Any],
+def _try_acquire(session: Reconnecting, conn: psycopg.Connection[Any],
                  claim: lease.Lease) -> lease.Attempt:
     """One attempt; in advisory mode the session lock first, then the row."""
     if claim.mode == "lease":
@@ -312,10 +149,10 @@ def _try_acquire(session: Session, conn: psycopg.Connection[Any],
     return attempt
 
 
-def record_end(session: Session, claim: lease.Lease, run_id: int, result: RunResult,
+def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: RunResult,
                min_hold: float) -> str | None:
     """Write the end of the run, retrying across reconnects; why it never took, or None."""
-    patience = max(session.options.connect_timeout, claim.ttl)
+    patience = max(session.timeout, claim.ttl)
     deadline = clock.now() + patience
     failure: list[str | None] = ["the database did not answer"]
 
@@ -360,7 +197,11 @@ def execute(options: RunOptions, conninfo: str) -> int:
     gate.install()
     if options.jitter > 0:
         time.sleep(random.uniform(0, options.jitter))
-    session = Session(conninfo, options)
+    # tcp_user_timeout on the holder's session: a check must fail fast on a vanished server.
+    session = Reconnecting(
+        conninfo, application_name=f"pglock run {options.job} on {options.holder}",
+        timeout=options.connect_timeout,
+        user_timeout=2 * advisory.CHECK_INTERVAL if options.mode == "advisory" else None)
     claim = lease.Lease(job=options.job, schema=options.schema, ttl=options.ttl,
                         mode=options.mode, holder=options.holder,
                         slot=None if scheduled is None else scheduled.slot)
@@ -379,7 +220,7 @@ def execute(options: RunOptions, conninfo: str) -> int:
         session.close()
 
 
-def _start(session: Session, claim: lease.Lease, options: RunOptions, gate: SignalGate,
+def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate: SignalGate,
            scheduled: history.Scheduled | None, capture: output.Capture | None = None,
            ) -> tuple[history.StartedRun, Child | CannotStart] | None:
     """Record the run as started, then fork the command (or say why it could not start).
@@ -408,7 +249,7 @@ def _start(session: Session, claim: lease.Lease, options: RunOptions, gate: Sign
         return run, gate.child
 
 
-def _run_locked(session: Session, claim: lease.Lease, options: RunOptions, gate: SignalGate,
+def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate: SignalGate,
                 sent: float, scheduled: history.Scheduled | None) -> int:
     capture = None
     if output.should_capture(options.output_tail, options.output_on_failure):
@@ -430,7 +271,9 @@ def _run_locked(session: Session, claim: lease.Lease, options: RunOptions, gate:
         renewer = LeaseRenewer(claim, lambda: session.connect(claim.ttl / 3, claim.ttl / 3))
     heartbeat = Heartbeat(renewer, acquired_sent_at=sent,
                           kill_after=options.kill_after, on_lost=gate.wake)
-    result, code = _supervise(Supervision(child, heartbeat, gate, options), capture, session)
+    supervision = Supervision(child, heartbeat, gate, max_runtime=options.max_runtime,
+                              kill_after=options.kill_after, on_lost=options.on_lost)
+    result, code = _supervise(supervision, capture, session)
     if capture is not None:
         capture.release(failed=result.outcome is not Outcome.SUCCEEDED)
     _finish(session, claim, run.id, result, options)
@@ -441,7 +284,7 @@ def _run_locked(session: Session, claim: lease.Lease, options: RunOptions, gate:
 
 
 def _supervise(supervision: Supervision, capture: output.Capture | None,
-               session: Session) -> tuple[RunResult, int]:
+               session: Reconnecting) -> tuple[RunResult, int]:
     """Run to the end with the lease renewed; the result (with the output tail) and exit code."""
     if capture is not None:
         capture.start()
@@ -457,7 +300,7 @@ def _supervise(supervision: Supervision, capture: output.Capture | None,
     return result, code
 
 
-def _finish(session: Session, claim: lease.Lease, run_id: int, result: RunResult,
+def _finish(session: Reconnecting, claim: lease.Lease, run_id: int, result: RunResult,
             options: RunOptions) -> None:
     failure = record_end(session, claim, run_id, result, options.min_hold)
     if failure is not None:

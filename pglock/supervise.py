@@ -1,0 +1,153 @@
+"""Supervising the command: signals in, deadlines watched, the outcome decided.
+
+The main thread waits here on the command's exit (a pidfd), a wake-up pipe (signals and
+the heartbeat thread write to it) and a timeout computed from the nearest deadline: the
+lock's local deadline, --max-runtime, or the SIGKILL that follows a SIGTERM. Nothing in
+this loop waits on the database.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+
+from pglock import clock
+from pglock.errors import ExitStatus, Interrupted
+from pglock.heartbeat import Heartbeat
+from pglock.history import Outcome, RunResult
+from pglock.runner import FORWARDED, STOPPING, Child, exit_status
+
+
+class SignalGate:
+    """Before the command starts, a stop signal aborts; after, every signal is forwarded."""
+
+    def __init__(self) -> None:
+        self.child: Child | None = None
+        self.stop_signal: int | None = None
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+
+    def install(self) -> None:
+        for signum in FORWARDED:
+            signal.signal(signum, self._handle)
+        signal.set_wakeup_fd(self.wake_w)
+
+    def wake(self) -> None:
+        """Wake the supervising loop from another thread."""
+        with contextlib.suppress(BlockingIOError):
+            os.write(self.wake_w, b"\0")
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.child is None:
+            if signum in STOPPING:
+                raise Interrupted(signum)
+            return
+        if signum not in STOPPING:
+            # USR1/USR2 mean something to the command itself (reopen logs, dump state);
+            # its helpers would merely die of them.
+            self.child.signal_leader(signum)
+            return
+        self.child.signal_group(signum, resume=False)
+        if self.stop_signal is None:
+            self.stop_signal = signum
+
+    @contextmanager
+    def blocked(self) -> Iterator[None]:
+        """Hold signals back while the command is forked, so none lands in between."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+
+
+@dataclass
+class Supervision:
+    """Wait for the command while watching the lock's local deadline and --max-runtime."""
+
+    child: Child
+    heartbeat: Heartbeat
+    gate: SignalGate
+    max_runtime: float | None
+    kill_after: float
+    on_lost: str
+    started: float = field(default_factory=clock.now)
+    lost: str | None = None
+    timed_out: bool = False
+    kill_at: float | None = None
+
+    def wait(self) -> int:
+        """Block until the command exits; its return code."""
+        selector = selectors.DefaultSelector()
+        exit_fd = self.child.exit_fd()
+        if exit_fd is not None:
+            selector.register(exit_fd, selectors.EVENT_READ)
+        selector.register(self.gate.wake_r, selectors.EVENT_READ)
+        try:
+            while (returncode := self.child.poll()) is None:
+                self._check(clock.now())
+                for key, _ in selector.select(self._timeout(exit_fd is None)):
+                    if key.fd == self.gate.wake_r:
+                        os.read(self.gate.wake_r, 512)
+        finally:
+            selector.close()
+            if exit_fd is not None:
+                os.close(exit_fd)
+        if self.lost or self.timed_out:
+            # The leader is gone; nothing else of the group may go on working unlocked.
+            self.child.signal_group(signal.SIGKILL)
+        return returncode
+
+    def _check(self, now: float) -> None:
+        if self.lost is None and (self.heartbeat.lost_reason or now >= self.heartbeat.lost_at()):
+            self.lost = self.heartbeat.lost_reason or "no renewal succeeded in time"
+            if self.on_lost == "kill":
+                self._stop(now, self.heartbeat.grace)
+        if (self.max_runtime is not None and not self.timed_out
+                and now >= self.started + self.max_runtime):
+            self.timed_out = True
+            self._stop(now, self.kill_after)
+        if self.gate.stop_signal is not None and self.kill_at is None:
+            self.kill_at = now + self.kill_after
+        if self.kill_at is not None and now >= self.kill_at:
+            self.child.signal_group(signal.SIGKILL)
+            self.kill_at = float("inf")
+
+    def _stop(self, now: float, grace: float) -> None:
+        if self.kill_at is None or self.kill_at == float("inf"):
+            self.child.signal_group(signal.SIGTERM)
+            self.kill_at = now + grace
+        else:
+            self.kill_at = min(self.kill_at, now + grace)
+
+    def _timeout(self, polling: bool) -> float:
+        deadlines = [self.heartbeat.lost_at()]
+        if self.max_runtime is not None:
+            deadlines.append(self.started + self.max_runtime)
+        if self.kill_at is not None:
+            deadlines.append(self.kill_at)
+        timeout = max(0.0, min(deadlines) - clock.now())
+        return min(timeout, 0.05) if polling else min(timeout, 3600.0)
+
+    def result(self, returncode: int) -> tuple[RunResult, int]:
+        """The recorded result and pglock's exit code."""
+        status = exit_status(returncode)
+        signum = -returncode if returncode < 0 else None
+        duration = clock.now() - self.started
+        if self.lost:
+            return RunResult(Outcome.LOCK_LOST, status, duration, signum,
+                             f"lock lost: {self.lost}"), ExitStatus.INTERNAL
+        if self.timed_out:
+            return RunResult(Outcome.TIMED_OUT, status, duration, signum,
+                             "stopped by --max-runtime"), ExitStatus.TIMED_OUT
+        if self.gate.stop_signal is not None or signum is not None:
+            return RunResult(Outcome.KILLED, status, duration, signum or self.gate.stop_signal,
+                             None), status
+        outcome = Outcome.SUCCEEDED if status == 0 else Outcome.FAILED
+        return RunResult(outcome, status, duration), status
