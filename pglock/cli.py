@@ -274,6 +274,12 @@ def main(argv: list[str] | None = None) -> int:
         code = ExitStatus.USAGE
     except typer.Abort:
         code = 128 + 2
+    except Exception as error:
+        # A bug of ours: still one line (cron mails it), the traceback only with -v.
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            traceback.print_exception(error)
+        print(f"pglock: internal error: {error!r} (-v shows the traceback)", file=sys.stderr)
+        code = ExitStatus.INTERNAL
     if argv is not None:
         return int(code or 0)
     sys.exit(code or 0)

@@ -7,6 +7,7 @@ import dataclasses
 import logging
 import os
 import random
+import signal
 import socket
 import threading
 import time
@@ -273,7 +274,16 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
                           kill_after=options.kill_after, on_lost=gate.wake)
     supervision = Supervision(child, heartbeat, gate, max_runtime=options.max_runtime,
                               kill_after=options.kill_after, on_lost=options.on_lost)
-    result, code = _supervise(supervision, capture, session)
+    try:
+        result, code = _supervise(supervision, capture, session)
+    except Exception as error:
+        # A bug of ours must not leave the command running unlocked, nor the run unrecorded.
+        child.signal_group(signal.SIGKILL)
+        child.process.wait()
+        failure = RunResult(Outcome.FAILED, None, clock.now() - supervision.started,
+                            error=f"pglock failed while the command ran: {error!r}")
+        _finish(session, claim, run.id, failure, options)
+        raise
     if capture is not None:
         capture.release(failed=result.outcome is not Outcome.SUCCEEDED)
     _finish(session, claim, run.id, result, options)
