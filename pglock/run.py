@@ -242,6 +242,11 @@ def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate:
                 lease.release(conn, claim)
                 log.debug("job %r: skipped: this slot already ran", options.job)
                 return None
+            except psycopg.Error:
+                # Nothing ran: others need not wait out our lease.
+                with contextlib.suppress(psycopg.Error):
+                    lease.release(conn, claim)
+                raise
         try:
             gate.child = Child.spawn(options.command, command_environment(options, claim, run.id),
                                      None if capture is None else capture.child_fds())

@@ -70,7 +70,8 @@ conn = psycopg.connect(os.environ["PGLOCK_DSN"], autocommit=True, prepare_thresh
 v = {"job": job, "mode": "lease", "holder": holder, "holder_pid": os.getpid(),
      "holder_id": os.urandom(8).hex(), "fencing_token": None, "ttl": timedelta(seconds=60),
      "backend_pid": None, "advisory_held": False, "command": command[0], "slot": None,
-     "schedule": None, "timezone": None, "min_hold": timedelta(0), "signal": None,
+     "schedule": None, "timezone": None, "next_slot": None, "grace": None,
+     "min_hold": timedelta(0), "signal": None,
      "error": None, "output_tail": None, "empty": Jsonb({})}
 
 
@@ -79,11 +80,11 @@ def params(names):
 
 
 conn.execute(READ_VERSION).fetchone()
-row = conn.execute(ACQUIRE, params(ACQUIRE_NAMES)).fetchone()
-if row is None:
+slot_ran, token = conn.execute(ACQUIRE, params(ACQUIRE_NAMES)).fetchone()
+if slot_ran or token is None:
     conn.close()
     sys.exit(75)
-v["fencing_token"] = row[0]
+v["fencing_token"] = token
 v["run_id"] = conn.execute(START, params(START_NAMES)).fetchone()[0]
 started = time.monotonic()
 pid = os.posix_spawnp(command[0], command, os.environ)
@@ -98,7 +99,8 @@ sys.exit(code)
 # Every placeholder name the floor binds a value to; others would go as NULL.
 FLOOR_KNOWN = frozenset((
     "job", "mode", "holder", "holder_pid", "holder_id", "fencing_token", "ttl", "backend_pid",
-    "advisory_held", "command", "slot", "schedule", "timezone", "min_hold", "signal", "error",
+    "advisory_held", "command", "slot", "schedule", "timezone", "next_slot", "grace",
+    "min_hold", "signal", "error",
     "output_tail", "empty", "run_id", "duration", "exit_code", "outcome"))
 
 
@@ -245,7 +247,7 @@ def write_floor(directory: Path, conninfo: str) -> Path:
     head += [f"{name} = {text!r}" for name, text in rendered.items()]
     unknown: set[str] = set()
     for name, text in rendered.items():
-        names = sorted(set(re.findall(r"%\((\w+)\)s", text)))
+        names = sorted(set(re.findall(r"%\((\w+)\)[sb]", text)))
         unknown.update(set(names) - FLOOR_KNOWN)
         head.append(f"{name}_NAMES = {tuple(names)!r}")
     if unknown:
