@@ -77,9 +77,11 @@ def status(
     dsn: Dsn = None, schema: Schema = None, connect_timeout: ConnectTimeout = "10s",
     verbose: Verbose = False, quiet: Quiet = False,
 ) -> int:
-    """Show each job: state, holder and mode, running for, expiry, last run, last success.
+    """Show each job: state, holder and mode, running for, expiry, next due, last run, last success.
 
-    With --job: that job and its recent runs (exit 1 if it never ran here).
+    States, worst first: stale, failed, overdue (a slot of its schedule passed its grace
+    with no run), cleared, running, idle. With --job: that job, its schedule and its
+    recent runs (exit 1 if it never ran here).
 
     Example: pglock status --job sync-invoices
     """
@@ -119,13 +121,18 @@ def history(
     host: Annotated[str | None, typer.Option(
         show_default=False, help="Only runs of this holder (host name or --holder).")] = None,
     limit: Annotated[int, typer.Option(help="At most this many runs.")] = 50,
+    output: Annotated[bool, typer.Option(
+        "--output", help="Show each run's kept output (the tail of what it printed) under it.")
+    ] = False,
     as_json: Json = False,
     dsn: Dsn = None, schema: Schema = None, connect_timeout: ConnectTimeout = "10s",
     verbose: Verbose = False, quiet: Quiet = False,
 ) -> int:
     """List runs, newest first; with --job, its figures and a duration bar per run.
 
-    Example: pglock history --job sync-invoices --since 1d
+    With --output, each run's kept output is shown under it (in JSON: "output").
+
+    Example: pglock history --job sync-invoices --since 1d --output
     """
     _configure_output(verbose, quiet)
     from pglock import render, report, screens
@@ -136,7 +143,7 @@ def history(
             since=None if since is None else parse_duration(since, option="--since"))
         filters.validate()
         with _database(dsn, schema, connect_timeout, "history") as (conn, place, name):
-            found = report.read(conn, name, filters)
+            found = report.read(conn, name, filters, outputs=output)
         if as_json:
             render.show_json(screens.history_json(found, place, name))
         else:
@@ -173,11 +180,13 @@ def clear(
     try:
         with _database(dsn, schema, connect_timeout, "clear") as (conn, _, name):
             shown = core.one(conn, name, check_job(job))
-            held = shown is not None and shown.state in (core.State.RUNNING, core.State.CLEARED)
+            # An overdue job may still be held: its lock's own state decides.
+            held_states = (core.State.RUNNING, core.State.CLEARED)
+            held = shown is not None and shown.lock_state in held_states
             if shown is None or not held:
                 _say(screens.nobody_line(job, shown), quiet)
                 return 0
-            if shown.state is core.State.CLEARED and not now:
+            if shown.lock_state is core.State.CLEARED and not now:
                 _say(screens.holder_line(shown) + " (--now frees it at once)", quiet)
                 return 0
             _confirm(yes, screens.holder_line(shown), "clear it")

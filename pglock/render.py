@@ -23,19 +23,22 @@ NOTE_WIDTH = 70
 
 @dataclass
 class Grid:
-    """A table in the making: headers, rows of cells, a style per row for the terminal."""
+    """A table in the making: headers, rows of cells, a style per row for the terminal,
+    and lines to show under a row (dim on a terminal), such as a run's output."""
 
     headers: Sequence[str]
     rows: list[list[str]] = field(default_factory=list)
     styles: list[str] = field(default_factory=list)
+    details: list[list[str] | None] = field(default_factory=list)
     # Cells of this column get the row's style on a terminal; the others stay plain.
     styled_column: int = 0
     # Headers of the columns a narrow terminal may drop, least needed first.
     optional: Sequence[str] = ()
 
-    def add(self, cells: list[str], style: str = "") -> None:
+    def add(self, cells: list[str], style: str = "", detail: list[str] | None = None) -> None:
         self.rows.append(cells)
         self.styles.append(style)
+        self.details.append(detail)
 
 
 @dataclass
@@ -76,17 +79,29 @@ def plain(screen: Screen) -> str:
 
 
 def _plain_grid(grid: Grid) -> list[str]:
-    table = [list(grid.headers), *grid.rows]
-    widths = [max(len(row[i]) for row in table) for i in range(len(grid.headers))]
-    return ["  ".join(cell.ljust(width) for cell, width in zip(row, widths, strict=True))
-            .rstrip() for row in table]
+    shown = list(range(len(grid.headers)))
+    widths = _widths(grid)
+    lines = [_aligned(list(grid.headers), shown, widths)]
+    for cells, detail in zip(grid.rows, grid.details, strict=True):
+        lines.append(_aligned(cells, shown, widths))
+        lines.extend(detail or ())
+    return lines
+
+
+def _widths(grid: Grid) -> list[int]:
+    """Each column's widest cell, header included."""
+    return [max(len(row[i]) for row in [grid.headers, *grid.rows])
+            for i in range(len(grid.headers))]
+
+
+def _aligned(cells: list[str], shown: list[int], widths: list[int]) -> str:
+    """One row of the `shown` columns, each padded to its width, two spaces apart."""
+    return "  ".join(cells[i].ljust(widths[i]) for i in shown).rstrip()
 
 
 def renderable(screen: Screen, width: int) -> Any:
     """The screen as a rich renderable for a terminal `width` columns wide."""
-    from rich import box
     from rich.console import Group
-    from rich.table import Table
     from rich.text import Text
 
     items: list[Any] = [Text(screen.header, style="bold")]
@@ -95,17 +110,49 @@ def renderable(screen: Screen, width: int) -> Any:
             items.append(Text(part))
             continue
         shown, hidden = fitting(part, width)
-        table = Table(box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
-        for i in shown:
-            table.add_column(part.headers[i], no_wrap=True, overflow="ellipsis")
-        for cells, style in zip(part.rows, part.styles, strict=True):
-            table.add_row(*(Text(cells[i], style=style if i == part.styled_column else "")
-                            for i in shown))
-        items.append(table)
+        if any(part.details):
+            items.extend(_detailed(part, shown))
+        else:
+            items.append(_table(part, shown))
         if hidden:
             items.append(Text(f"(too narrow for {', '.join(hidden)}: widen the terminal, "
                               "pipe the output, or use --json)", style="dim"))
     return Group(*items)
+
+
+def _table(part: Grid, shown: list[int]) -> Any:
+    from rich import box
+    from rich.table import Table
+    from rich.text import Text
+
+    table = Table(box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
+    for i in shown:
+        table.add_column(part.headers[i], no_wrap=True, overflow="ellipsis")
+    for cells, style in zip(part.rows, part.styles, strict=True):
+        table.add_row(*(Text(cells[i], style=style if i == part.styled_column else "")
+                        for i in shown))
+    return table
+
+
+def _detailed(part: Grid, shown: list[int]) -> list[Any]:
+    """A grid with lines under its rows: aligned as in plain text (a rich table has no cell
+    spanning the row), the styled column in the row's style, the lines under a row dim."""
+    from rich.text import Text
+
+    widths = _widths(part)
+    # The blank line a table's box would draw above its headers.
+    lines = [Text(""), Text(_aligned(list(part.headers), shown, widths), style="bold",
+                            no_wrap=True, overflow="ellipsis")]
+    for cells, style, detail in zip(part.rows, part.styles, part.details, strict=True):
+        line = Text(no_wrap=True, overflow="ellipsis")
+        for n, i in enumerate(shown):
+            line.append("  " if n else "")
+            line.append(cells[i], style=style if i == part.styled_column else "")
+            line.append(" " * (widths[i] - len(cells[i])))
+        line.rstrip()
+        lines.append(line)
+        lines.extend(Text(text, style="dim") for text in detail or ())
+    return lines
 
 
 def fitting(grid: Grid, width: int) -> tuple[list[int], list[str]]:

@@ -14,7 +14,7 @@ from pglock.history import Outcome
 
 _SELECT = """
 SELECT id, job, started_at, finished_at, holder, holder_pid, mode, outcome, exit_code, signal,
-       extract(epoch FROM duration)::float8, fencing_token, error
+       extract(epoch FROM duration)::float8, fencing_token, error {output}
 FROM {schema}.runs
 """
 # Each filter is a constant; only the ones asked for are joined in, so every query is one
@@ -75,6 +75,8 @@ class RunRow:
     duration: float | None
     fencing_token: int | None
     error: str | None
+    # The kept tail of its output (None: not kept, or not asked for).
+    output: bytes | None = None
 
 
 @dataclass(frozen=True)
@@ -101,34 +103,42 @@ class History:
     filters: Filters
     runs: list[RunRow]
     summary: Summary | None
+    # Whether the runs carry their kept output (`history --output`).
+    outputs: bool = False
 
 
-def read(conn: psycopg.Connection[Any], schema_name: str, filters: Filters) -> History:
-    """The runs matching `filters`, newest first; UnknownJob for a job never seen."""
+def read(conn: psycopg.Connection[Any], schema_name: str, filters: Filters, *,
+         outputs: bool = False) -> History:
+    """The runs matching `filters`, newest first (with their kept output if `outputs`);
+    UnknownJob for a job never seen."""
     with database.translated("cannot read the history"):
-        return _read(conn, schema_name, filters)
+        return _read(conn, schema_name, filters, outputs)
 
 
-def _read(conn: psycopg.Connection[Any], schema_name: str, filters: Filters) -> History:
+def _read(conn: psycopg.Connection[Any], schema_name: str, filters: Filters,
+          outputs: bool) -> History:
     now = conn.execute("SELECT now()").fetchone()
     assert now is not None
     if not schema.readable(conn, schema_name):
         if filters.job is not None:
             raise _unknown(filters.job, schema_name)
-        return History(now[0], filters, [], None)
-    runs = recent(conn, schema_name, filters)
+        return History(now[0], filters, [], None, outputs)
+    runs = recent(conn, schema_name, filters, outputs=outputs)
     if filters.job is None:
-        return History(now[0], filters, runs, None)
+        return History(now[0], filters, runs, None, outputs)
     if not runs and not known(conn, schema_name, filters.job):
         raise _unknown(filters.job, schema_name)
-    return History(now[0], filters, runs, summarize(runs))
+    return History(now[0], filters, runs, summarize(runs), outputs)
 
 
-def recent(conn: psycopg.Connection[Any], schema_name: str, filters: Filters) -> list[RunRow]:
-    """The matching runs, newest first, at most `filters.limit` of them."""
+def recent(conn: psycopg.Connection[Any], schema_name: str, filters: Filters, *,
+           outputs: bool = False) -> list[RunRow]:
+    """The matching runs, newest first, at most `filters.limit` of them; with `outputs`,
+    each with its kept output tail (read in the same statement)."""
     asked = [text for name, text in _FILTERS.items() if getattr(filters, name) is not None]
     where = "WHERE " + " AND ".join(asked) if asked else ""
-    statement = schema.query(f"{_SELECT} {where} {_ORDER}", schema_name)
+    select = _SELECT.replace("{output}", ", output_tail" if outputs else "")
+    statement = schema.query(f"{select} {where} {_ORDER}", schema_name)
     return [RunRow(*row) for row in conn.execute(statement, filters.params())]
 
 

@@ -11,27 +11,31 @@ from pglock.admin import Cleared
 from pglock.durations import format_duration
 from pglock.render import NONE, Grid, Screen, ago, clip, header, iso, took, when
 from pglock.report import History, RunRow, Summary
+from pglock.schedule import MISSED_LIMIT
 from pglock.status import JobStatus, Lock, State, Status
 
 # On a terminal the state carries a glyph, so that it reads without colour (NO_COLOR).
 STATE_LOOK = {
     State.STALE: ("! stale", "bold yellow"),
     State.FAILED: ("x failed", "bold red"),
+    State.OVERDUE: ("@ overdue", "yellow"),
     State.CLEARED: ("~ cleared", "magenta"),
     State.RUNNING: ("> running", "green"),
     State.IDLE: ("  idle", "dim"),
 }
 SEVERITY = {state: rank for rank, state in enumerate(State)}
-STATUS_HEADERS = ("JOB", "STATE", "HOLDER", "MODE", "RUNNING FOR", "EXPIRES IN", "LAST RUN",
-                  "EXIT", "ENDED", "TOOK", "LAST SUCCESS")
+STATUS_HEADERS = ("JOB", "STATE", "HOLDER", "MODE", "RUNNING FOR", "EXPIRES IN", "NEXT DUE",
+                  "LAST RUN", "EXIT", "ENDED", "TOOK", "LAST SUCCESS")
 STATUS_OPTIONAL = ("MODE", "TOOK", "EXIT", "LAST SUCCESS", "ENDED", "RUNNING FOR")
 BAR_WIDTH = 24
 BAR_GLYPH = {"succeeded": "#", "running": ">"}
 OUTCOME_STYLE = {"succeeded": "green", "running": "cyan", "cleared": "magenta"}
+# Kept output is shown under its run, indented by this.
+OUTPUT_INDENT = "    "
 
 
 def status_screen(report: Status, place: str, schema: str, *, terminal: bool) -> Screen:
-    """Worst first: what is stale or failed heads the table."""
+    """Worst first: what is stale, failed or overdue heads the table."""
     screen = Screen(header("status", place, schema, report.now))
     if not report.jobs:
         screen.parts.append("no job has run here yet")
@@ -43,8 +47,14 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
     screen.parts.append(grid)
     tally = Counter(job.state for job in report.jobs)
     jobs = f"{len(report.jobs)} job" + ("s" if len(report.jobs) > 1 else "")
-    screen.parts.append(f"\n{jobs}: " + ", ".join(
-        f"{tally[state]} {state}" for state in State if tally[state]))
+    line = f"\n{jobs}: " + ", ".join(f"{tally[state]} {state}" for state in State if tally[state])
+    # A failed or stale job can be overdue too: its state shows the worse.
+    overdue = sum(job.overdue for job in report.jobs)
+    if overdue > tally[State.OVERDUE]:
+        line += f" ({overdue} overdue in all)"
+    screen.parts.append(line)
+    if report.job is not None and report.jobs[0].schedule is not None:
+        screen.parts.append(schedule_line(report.jobs[0]))
     if len(report.jobs) == 1 and report.runs:
         screen.parts.append(f"\nrecent runs of {report.jobs[0].job}:")
         screen.parts.append(runs_grid(report.runs, report.now, with_job=False))
@@ -60,6 +70,7 @@ def status_cells(job: JobStatus, state: str) -> list[str]:
         lock.mode if lock else NONE,
         took(running_for) if running_for is not None else NONE,
         expiry(job, lock) if lock else NONE,
+        next_due(job),
         last.outcome if last else NONE,
         NONE if last is None or last.exit_code is None else str(last.exit_code),
         ago(job.seconds_since(last.finished_at)) if last else NONE,
@@ -70,11 +81,50 @@ def status_cells(job: JobStatus, state: str) -> list[str]:
 
 def expiry(job: JobStatus, lock: Lock) -> str:
     left = -(job.seconds_since(lock.expires_at) or 0.0)
-    if job.state is State.STALE:
+    if job.lock_state is State.STALE:
         return f"expired {format_duration(-left)} ago"
-    if job.state is State.CLEARED:
+    if job.lock_state is State.CLEARED:
         return f"free in {format_duration(left)}"
     return format_duration(left)
+
+
+def next_due(job: JobStatus) -> str:
+    """When cron next starts the job, and the slots it missed: `in 4m00s, 3 missed`."""
+    due = job.due
+    if due is None:
+        return "?" if job.schedule_note is not None else NONE
+    if due.missed:
+        return f"in {took(job.next_due_in)}, {missed(due.missed)}"
+    if due.due_at <= job.now:
+        # A slot came with no run yet, but within its grace: the run may still come.
+        return f"due {ago(job.seconds_since(due.due_at))}"
+    return f"in {took(job.next_due_in)}"
+
+
+def missed(count: int) -> str:
+    """`3 missed`; counting stops at schedule.MISSED_LIMIT: `1000+ missed`."""
+    return f"{slots(count)} missed"
+
+
+def slots(count: int) -> str:
+    return f"{count}{'+' if count >= MISSED_LIMIT else ''}"
+
+
+def schedule_line(job: JobStatus) -> str:
+    """The schedule of the one job shown, and where it stands against it."""
+    text = f"\nschedule '{job.schedule}' ({job.timezone})"
+    due = job.due
+    if due is None:
+        return f"{text}: {job.schedule_note or 'not judged'}"
+    text += (f", grace {format_duration(due.grace)}: next due in {took(job.next_due_in)} "
+             f"(at {when(due.next_fire)})")
+    since = f"{ago(job.seconds_since(due.due_at))} (at {when(due.due_at)})"
+    if due.missed:
+        plural = "" if due.missed == 1 else "s"
+        return f"{text}\noverdue: {slots(due.missed)} slot{plural} missed, the first due {since}"
+    if due.due_at <= job.now:
+        return f"{text}\npending: a slot came with no run yet, within its grace, {since}"
+    return f"{text}; on time"
 
 
 def status_json(report: Status, place: str, schema: str) -> dict[str, Any]:
@@ -103,7 +153,22 @@ def job_json(job: JobStatus) -> dict[str, Any]:
             "finished_at": iso(last.finished_at), "duration": last.duration},
         "last_success_at": iso(job.last_success_at),
         "outcome_counts": job.counts,
+        "schedule": schedule_json(job),
     }
+
+
+def schedule_json(job: JobStatus) -> dict[str, Any] | None:
+    if job.schedule is None:
+        return None
+    due = job.due
+    return {"expression": job.schedule, "timezone": job.timezone,
+            "grace": None if due is None else due.grace,
+            "due_at": None if due is None else iso(due.due_at),
+            "next_due": None if due is None else iso(due.next_fire),
+            "next_due_in": job.next_due_in,
+            "overdue": job.overdue,
+            "missed_slots": None if due is None else due.missed,
+            "note": job.schedule_note}
 
 
 def history_screen(found: History, place: str, schema: str) -> Screen:
@@ -114,7 +179,7 @@ def history_screen(found: History, place: str, schema: str) -> Screen:
         screen.parts.append("no runs match")
         return screen
     screen.parts.append(runs_grid(found.runs, found.now, with_job=found.filters.job is None,
-                                  bars=found.summary is not None))
+                                  bars=found.summary is not None, outputs=found.outputs))
     return screen
 
 
@@ -127,7 +192,8 @@ def summary_line(job: str, summary: Summary) -> str:
             f"{took(summary.p50)}, p95 {took(summary.p95)}, max {took(summary.max)}")
 
 
-def runs_grid(runs: list[RunRow], now: datetime, *, with_job: bool, bars: bool = False) -> Grid:
+def runs_grid(runs: list[RunRow], now: datetime, *, with_job: bool, bars: bool = False,
+              outputs: bool = False) -> Grid:
     headers = ["STARTED", *(["JOB"] if with_job else []), "HOST", "OUTCOME", "EXIT", "DURATION",
                *(["BAR"] if bars else []), "NOTE"]
     grid = Grid(headers, styled_column=headers.index("OUTCOME"),
@@ -142,8 +208,47 @@ def runs_grid(runs: list[RunRow], now: datetime, *, with_job: bool, bars: bool =
         if bars:
             cells.append(bar(run.outcome, length, longest))
         cells.append(clip(run.error))
-        grid.add(cells, OUTCOME_STYLE.get(run.outcome, "bold red"))
+        grid.add(cells, OUTCOME_STYLE.get(run.outcome, "bold red"),
+                 output_lines(run) if outputs else None)
     return grid
+
+
+def output_lines(run: RunRow) -> list[str] | None:
+    """The run's kept output, to show under its line: printable, indented."""
+    if run.outcome == "cleared":
+        return None
+    if run.output is None:
+        note = ("(still running: its output is kept when it ends)" if run.outcome == "running"
+                else "(no output kept)")
+        return [OUTPUT_INDENT + note]
+    text = decoded(run.output)
+    if not text:
+        return [OUTPUT_INDENT + "(no output)"]
+    return [OUTPUT_INDENT + printable(line) for line in text.removesuffix("\n").split("\n")]
+
+
+def decoded(tail: bytes) -> str:
+    """A kept tail as text: UTF-8, with U+FFFD for what is not (a tail may start mid-character)."""
+    return tail.decode("utf-8", errors="replace")
+
+
+def printable(line: str) -> str:
+    """A line of output with its control characters made visible as `cat -v` does (^[, ^M),
+    so that no escape sequence reaches a screen, a mail or a file."""
+    if line.isprintable():
+        return line
+    shown = []
+    for char in line.removesuffix("\r"):
+        code = ord(char)
+        if char == "\t":
+            shown.append(char)
+        elif code < 32 or code == 127:
+            shown.append("^" + chr(code ^ 64))
+        elif 0x80 <= code < 0xA0:
+            shown.append(f"\\x{code:02x}")
+        else:
+            shown.append(char)
+    return "".join(shown)
 
 
 def _length(run: RunRow, now: datetime) -> float | None:
@@ -171,12 +276,17 @@ def bar(outcome: str, length: float | None, longest: float) -> str:
     return BAR_GLYPH.get(outcome, "!") * cells
 
 
-def run_json(run: RunRow) -> dict[str, Any]:
-    return {"id": run.id, "job": run.job, "started_at": iso(run.started_at),
-            "finished_at": iso(run.finished_at), "host": run.holder, "pid": run.holder_pid,
-            "mode": run.mode, "outcome": run.outcome, "exit_code": run.exit_code,
-            "signal": run.signal, "duration": run.duration, "fencing_token": run.fencing_token,
-            "error": run.error}
+def run_json(run: RunRow, *, output: bool = False) -> dict[str, Any]:
+    document = {"id": run.id, "job": run.job, "started_at": iso(run.started_at),
+                "finished_at": iso(run.finished_at), "host": run.holder, "pid": run.holder_pid,
+                "mode": run.mode, "outcome": run.outcome, "exit_code": run.exit_code,
+                "signal": run.signal, "duration": run.duration,
+                "fencing_token": run.fencing_token, "error": run.error}
+    if output:
+        # The run's --output-tail size is not recorded, so whether the tail is all of the
+        # output cannot be told: there is no output_truncated.
+        document["output"] = None if run.output is None else decoded(run.output)
+    return document
 
 
 def history_json(found: History, place: str, schema: str) -> dict[str, Any]:
@@ -186,7 +296,7 @@ def history_json(found: History, place: str, schema: str) -> dict[str, Any]:
         "filters": {"job": found.filters.job, "since": found.filters.since,
                     "outcome": found.filters.outcome, "host": found.filters.host,
                     "limit": found.filters.limit},
-        "runs": [run_json(run) for run in found.runs],
+        "runs": [run_json(run, output=found.outputs) for run in found.runs],
         "summary": None if summary is None else {
             "runs": summary.runs, "finished": summary.finished, "succeeded": summary.succeeded,
             "success_rate": summary.success_rate, "p50": summary.p50, "p95": summary.p95,
@@ -200,7 +310,7 @@ def holder_line(job: JobStatus) -> str:
     assert lock is not None
     text = (f"job {job.job!r} is held by {lock.holder}:{lock.holder_pid} ({lock.mode} mode, "
             f"token {lock.fencing_token}) for {took(job.seconds_since(lock.acquired_at))}")
-    if job.state is State.CLEARED:
+    if job.lock_state is State.CLEARED:
         text += f"; already cleared by {lock.cleared_by}, {expiry(job, lock)}"
     return text
 
@@ -208,7 +318,7 @@ def holder_line(job: JobStatus) -> str:
 def nobody_line(job_name: str, job: JobStatus | None) -> str:
     if job is None:
         return f"nobody holds job {job_name!r} (it never ran here); nothing to clear"
-    if job.state is State.STALE and job.lock is not None:
+    if job.lock_state is State.STALE and job.lock is not None:
         return (f"nobody holds job {job_name!r}: its lock expired "
                 f"{ago(job.seconds_since(job.lock.expires_at))} with its run still marked "
                 "running (its holder vanished or is cut off; the next run marks it "

@@ -1,8 +1,10 @@
-"""`pglock status`: each job's lock and last run, read from the `jobs` and `locks` rows.
+"""`pglock status`: each job's lock, last run and schedule, read from the `jobs` and `locks` rows.
 
 It never reads the history to list the jobs (10,000 jobs cost 10,000 summary rows,
 whatever the history holds), and it changes nothing: a run whose holder seems gone
 is shown as stale, not marked abandoned, since its holder may merely be cut off.
+A scheduled job's standing (next due, missed slots) is monitor's judgement of the same
+row: a job that is on time costs no cron arithmetic.
 """
 
 from __future__ import annotations
@@ -14,8 +16,9 @@ from typing import Any
 
 import psycopg
 
-from pglock import database, report, schema
+from pglock import database, monitor, report, schema
 from pglock.errors import UnknownJob
+from pglock.monitor import Due
 
 STATUS = """
 SELECT coalesce(j.job, l.job), now(),
@@ -25,7 +28,8 @@ SELECT coalesce(j.job, l.job), now(),
        j.last_run_id IS NOT NULL AND j.last_run_id IS DISTINCT FROM j.last_finished_run_id,
        j.last_finished_run_id, j.last_outcome, j.last_exit_code, j.last_finished_at,
        extract(epoch FROM j.last_duration)::float8, j.last_success_at,
-       coalesce(j.outcome_counts, '{{}}')
+       coalesce(j.outcome_counts, '{{}}'),
+       j.schedule, j.timezone, j.grace, j.last_slot, j.next_slot
 FROM {schema}.jobs j FULL JOIN {schema}.locks l ON l.job = j.job
 WHERE %(job)s::text IS NULL OR coalesce(j.job, l.job) = %(job)s
 ORDER BY 1
@@ -41,6 +45,9 @@ class State(enum.StrEnum):
     STALE = "stale"
     # Its last finished run did not succeed.
     FAILED = "failed"
+    # A slot of its schedule passed more than its grace ago with no run started for it
+    # (also while a run that outlasts its interval holds the lock).
+    OVERDUE = "overdue"
     # `clear` took the lock; it is free for others once the lock-delay has passed.
     CLEARED = "cleared"
     RUNNING = "running"
@@ -87,11 +94,29 @@ class JobStatus:
     last_run: LastRun | None
     last_success_at: datetime | None
     counts: dict[str, int]
+    # What its lock and last run say, before its schedule is looked at (never OVERDUE):
+    # what `clear` goes by.
+    lock_state: State
+    schedule: str | None = None
+    timezone: str | None = None
+    # None unless scheduled (and its schedule readable here).
+    due: Due | None = None
+    # Why its recorded schedule cannot be read here (a zone this host does not know).
+    schedule_note: str | None = None
 
     @property
     def holding(self) -> Lock | None:
         """The lock row when it means something now: held, stale, or in its lock-delay."""
-        return None if self.state in (State.IDLE, State.FAILED) else self.lock
+        return None if self.lock_state in (State.IDLE, State.FAILED) else self.lock
+
+    @property
+    def overdue(self) -> bool:
+        return self.due is not None and self.due.missed > 0
+
+    @property
+    def next_due_in(self) -> float | None:
+        """Seconds until cron next starts it (scheduled jobs)."""
+        return None if self.due is None else (self.due.next_fire - self.now).total_seconds()
 
     @property
     def running_for(self) -> float | None:
@@ -110,6 +135,8 @@ class Status:
     now: datetime
     jobs: list[JobStatus]
     runs: list[report.RunRow]
+    # The job asked for (--job), if any.
+    job: str | None = None
 
 
 def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None) -> Status:
@@ -130,7 +157,7 @@ def _read(conn: psycopg.Connection[Any], schema_name: str, job: str | None) -> S
         now = row[0]
     runs = [] if job is None else report.recent(
         conn, schema_name, report.Filters(job=job, limit=RECENT_RUNS))
-    return Status(now, jobs, runs)
+    return Status(now, jobs, runs, job)
 
 
 def one(conn: psycopg.Connection[Any], schema_name: str, job: str) -> JobStatus | None:
@@ -154,8 +181,20 @@ def _job_status(row: tuple[Any, ...]) -> JobStatus:
     run_open = bool(row[13])
     last_run = LastRun(*row[14:19]) if row[14] is not None else None
     counts = {str(name): int(n) for name, n in row[20].items() if n}
-    state = classify(now, lock, run_open, last_run)
-    return JobStatus(job, now, state, lock, run_open, last_run, row[19], counts)
+    lock_state = classify(now, lock, run_open, last_run)
+    expr, zone = row[21], row[22]
+    due, note = monitor.standing(expr, zone, row[23], row[24], row[25], now)
+    state = overall(lock_state, due)
+    return JobStatus(job, now, state, lock, run_open, last_run, row[19], counts, lock_state,
+                     expr, zone, due, note)
+
+
+def overall(lock_state: State, due: Due | None) -> State:
+    """The state shown: the worse of the lock's and the schedule's (overdue ranks below
+    stale and failed, above cleared, running and idle)."""
+    if due is not None and due.missed > 0 and lock_state not in (State.STALE, State.FAILED):
+        return State.OVERDUE
+    return lock_state
 
 
 def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun | None) -> State:

@@ -8,7 +8,7 @@ import sys
 
 import pytest
 from conftest import PGLOCK, Env, one_line
-from operating import holding, pglock_json, plain
+from operating import holding, on_terminal, pglock_json, plain
 
 from pglock.durations import format_duration
 
@@ -138,3 +138,45 @@ def test_run_does_not_import_rich(env: Env) -> None:
     assert result.returncode == 0
     imported = {line.split("|")[-1].strip() for line in result.stderr.splitlines()}
     assert not {name for name in imported if name.split(".")[0] == "rich"}
+
+
+# What the job prints: UTF-8, bytes that are not, an escape sequence. (One stream: the
+# order of chunks from stdout and stderr written at the same moment is not defined.)
+PRINTS = r"printf 'first line\nnaïve caf\303\251 \377\376 end\n\033[31mERROR\033[0m: disk full\n'"
+KEPT = b"first line\nna\xc3\xafve caf\xc3\xa9 \xff\xfe end\n\x1b[31mERROR\x1b[0m: disk full\n"
+SHOWN = "first line\nnaïve café \ufffd\ufffd end\n\x1b[31mERROR\x1b[0m: disk full\n"
+
+
+def test_history_output_shows_each_runs_kept_tail(env: Env) -> None:
+    failing = env.run("run", "--job", "noisy", "--", "sh", "-c", PRINTS + "; exit 2",
+                      stdout=subprocess.DEVNULL)
+    assert (failing.returncode, failing.stderr) == (2, "")
+    assert env.runs("noisy")[0]["output_tail"] == KEPT
+    assert env.run("run", "--job", "noisy", "--output-tail", "0", "--", "true").returncode == 0
+    assert env.run("run", "--job", "noisy", "--output-tail", "12", "--", "sh", "-c",
+                   "printf 'cut here: 0123456789'").returncode == 0
+    assert env.run("run", "--job", "quiet", "--", "true").returncode == 0
+
+    newest, untold, failed = pglock_json(env, "history", "--job", "noisy", "--output")["runs"]
+    assert failed["output"] == SHOWN and failed["outcome"] == "failed"
+    assert untold["output"] is None
+    assert newest["output"] == ": 0123456789"  # the last 12 bytes
+    assert "output" not in pglock_json(env, "history", "--job", "noisy")["runs"][0]
+
+    screen = plain(env, "history", "--job", "noisy", "--output").splitlines()
+    first = next(i for i, line in enumerate(screen) if " failed " in line)
+    # Under the run's line, indented; control characters shown as cat -v shows them.
+    assert screen[first + 1:first + 4] == [
+        "    first line", "    naïve café \ufffd\ufffd end", "    ^[[31mERROR^[[0m: disk full"]
+    assert "    (no output kept)" in screen
+    assert "    : 0123456789" in screen
+
+    # Without --job, the listed runs carry their output all the same.
+    every = plain(env, "history", "--output", "--limit", "2").splitlines()
+    assert "quiet" in every[3].split() and every[4] == "    (no output)"
+    assert every[5].split()[2] == "noisy" and every[6] == "    : 0123456789"
+
+    code, drawn = on_terminal(env, "history", "--job", "noisy", "--output")
+    assert code == 0 and "disk full" in drawn
+    # Dim (SGR 2) on a terminal, and no escape of the command's own gets through.
+    assert "\x1b[2m" in drawn and "\x1b[31mERROR" not in drawn

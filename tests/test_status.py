@@ -3,7 +3,11 @@
 from __future__ import annotations
 
 import json
+import re
 import signal
+import subprocess
+import sys
+from datetime import UTC, datetime
 
 from conftest import Env
 from operating import ANSI, COLOUR, holding, on_terminal, pglock_json, plain, row_of
@@ -91,3 +95,128 @@ def test_status_on_a_terminal_has_colour_unless_no_color_and_watch_redraws(env: 
 def test_status_of_an_empty_schema(env: Env) -> None:
     assert "no job has run here yet" in plain(env, "status")
     assert json.loads(env.run("status", "--json").stdout)["jobs"] == []
+
+
+# A slot long past and stable: 00:00 on 1 January, in UTC.
+NEW_YEAR = "0 0 1 1 *"
+
+
+def new_year(offset: int = 0) -> datetime:
+    return datetime(datetime.now(UTC).year + offset, 1, 1, tzinfo=UTC)
+
+
+def run_yearly(env: Env, job: str, *command: str, code: int = 0) -> None:
+    result = env.run("run", "--job", job, "--schedule", NEW_YEAR, "--tz", "UTC", "--grace", "1m",
+                     "--", *(command or ("true",)))
+    assert result.returncode == code, result
+
+
+def last_ran_years_ago(env: Env, job: str, years: int) -> None:
+    """Make the job's run one of `years` years ago (its slot, and the slots the jobs row
+    keeps): the yearly slots since then passed with no run, as if cron had stopped."""
+    back = "(slot AT TIME ZONE 'UTC' - make_interval(years => %(years)s)) AT TIME ZONE 'UTC'"
+    env.query(f"UPDATE {{schema}}.runs SET slot = {back} WHERE job = %(job)s",
+              {"job": job, "years": years})
+    env.query("UPDATE {schema}.jobs j SET last_slot = r.slot, "
+              "next_slot = (r.slot AT TIME ZONE 'UTC' + interval '1 year') AT TIME ZONE 'UTC' "
+              "FROM {schema}.runs r WHERE r.id = j.last_run_id AND j.job = %(job)s",
+              {"job": job})
+
+
+def test_status_shows_next_due_and_flags_overdue_jobs_with_their_missed_slots(env: Env) -> None:
+    run_yearly(env, "on-time")
+    run_yearly(env, "late")
+    last_ran_years_ago(env, "late", 3)
+    run_yearly(env, "broken-and-late", "sh", "-c", "exit 3", code=3)
+    last_ran_years_ago(env, "broken-and-late", 1)
+    assert env.run("run", "--job", "unscheduled", "--", "true").returncode == 0
+    # This year's slot passed with no run, but within its (long) grace: pending.
+    run_yearly(env, "pending")
+    last_ran_years_ago(env, "pending", 1)
+    env.query("UPDATE {schema}.jobs SET grace = interval '400 days' WHERE job = 'pending'")
+
+    jobs = {job["job"]: job for job in pglock_json(env, "status")["jobs"]}
+    assert {name: job["state"] for name, job in jobs.items()} == {
+        "broken-and-late": "failed", "late": "overdue", "on-time": "idle", "pending": "idle",
+        "unscheduled": "idle"}
+    pending = jobs["pending"]["schedule"]
+    assert (pending["overdue"], pending["missed_slots"]) == (False, 0)
+    assert (pending["due_at"], pending["next_due"]) == (new_year().isoformat(),
+                                                        new_year(1).isoformat())
+    assert jobs["unscheduled"]["schedule"] is None
+    on_time = jobs["on-time"]["schedule"]
+    assert (on_time["expression"], on_time["timezone"], on_time["grace"]) == (NEW_YEAR, "UTC", 60)
+    assert on_time["next_due"] == on_time["due_at"] == new_year(1).isoformat()
+    assert (on_time["overdue"], on_time["missed_slots"], on_time["note"]) == (False, 0, None)
+    now = datetime.fromisoformat(pglock_json(env, "status")["now"])
+    assert abs(on_time["next_due_in"] - (new_year(1) - now).total_seconds()) < 30
+    late = jobs["late"]["schedule"]
+    # The slots of 2 years ago, last year and this year passed with no run.
+    assert (late["overdue"], late["missed_slots"]) == (True, 3)
+    assert (late["due_at"], late["next_due"]) == (new_year(-2).isoformat(),
+                                                  new_year(1).isoformat())
+    broken = jobs["broken-and-late"]["schedule"]
+    assert (broken["overdue"], broken["missed_slots"]) == (True, 1)
+
+    screen = plain(env, "status")
+    assert screen.splitlines()[2].split()[:9] == [
+        "JOB", "STATE", "HOLDER", "MODE", "RUNNING", "FOR", "EXPIRES", "IN", "NEXT"]
+    # Worst first: failed, then overdue, then the rest.
+    body = [line.split()[0] for line in screen.splitlines()[3:8]]
+    assert body == ["broken-and-late", "late", "on-time", "pending", "unscheduled"], screen
+    assert row_of(screen, "late")[1:3] == ["overdue", "-"]
+    assert re.fullmatch(r"in \d+d\d\dh, 3 missed", row_of(screen, "late")[6]), screen
+    assert re.fullmatch(r"in \d+d\d\dh, 1 missed", row_of(screen, "broken-and-late")[6])
+    assert re.fullmatch(r"in \d+d\d\dh", row_of(screen, "on-time")[6])
+    assert row_of(screen, "unscheduled")[6] == "-"
+    assert re.fullmatch(r"due \d+d\d\dh ago", row_of(screen, "pending")[6])
+    # The failed job is overdue too: the summary says so.
+    assert "5 jobs: 1 failed, 1 overdue, 3 idle (2 overdue in all)" in screen
+
+    detail = plain(env, "status", "--job", "late")
+    expected = (r"^schedule '0 0 1 1 \*' \(UTC\), grace 1m00s: next due in \d+d\d\dh "
+                rf"\(at {new_year(1).astimezone():%Y-%m-%d %H:%M:%S}\)\n"
+                r"overdue: 3 slots missed, the first due \S+ ago "
+                rf"\(at {new_year(-2).astimezone():%Y-%m-%d %H:%M:%S}\)$")
+    assert re.search(expected, detail, re.MULTILINE), detail
+    assert "1 job: 1 overdue" in detail
+    [job] = pglock_json(env, "status", "--job", "late")["jobs"]
+    assert (job["state"], job["schedule"]["missed_slots"]) == ("overdue", 3)
+    assert "; on time" in plain(env, "status", "--job", "on-time")
+    assert "\npending: a slot came with no run yet, within its grace, " in plain(
+        env, "status", "--job", "pending")
+
+    code, drawn = on_terminal(env, "status", extra_env={"NO_COLOR": "1"})
+    assert code == 0 and "@ overdue" in drawn and "3 missed" in drawn
+
+
+def test_an_overdue_job_still_running_shows_its_holder_and_can_be_cleared(env: Env) -> None:
+    """A run that outlasts its interval: the slots after it are missed while it runs."""
+    with holding(env, "long", "--schedule", NEW_YEAR, "--tz", "UTC", "--ttl", "5s",
+                 "--holder", "web-3") as holder:
+        last_ran_years_ago(env, "long", 1)
+        cells = row_of(plain(env, "status"), "long")
+        assert cells[:4] == ["long", "overdue", f"web-3:{holder.pid}", "lease"]
+        assert cells[6].endswith(", 1 missed")
+        # Overdue, but held: clear goes by the lock.
+        cleared = env.run("clear", "--job", "long", "--yes", "--now")
+        assert (cleared.returncode, cleared.stderr) == (0, "")
+        assert cleared.stdout.startswith("cleared job 'long'")
+        holder.communicate(timeout=20)
+    assert holder.returncode == 125
+
+
+def test_status_imports_croniter_only_for_a_job_that_is_not_on_time(env: Env) -> None:
+    run_yearly(env, "on-time")
+
+    def imports() -> set[str]:
+        result = subprocess.run([sys.executable, "-X", "importtime", "-m", "pglock", "status"],
+                                env=env.env, capture_output=True, text=True, timeout=60)
+        assert result.returncode == 0, result.stderr
+        return {line.rsplit("|", 1)[1].strip().split(".")[0]
+                for line in result.stderr.splitlines() if line.startswith("import time:")}
+
+    assert "croniter" not in imports()
+    run_yearly(env, "late")
+    last_ran_years_ago(env, "late", 1)
+    assert "croniter" in imports()
