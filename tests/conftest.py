@@ -40,6 +40,16 @@ def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServ
     server.leave()
 
 
+@pytest.fixture
+def private_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
+    """A server of the test's own, to stop and start without disturbing the others."""
+    server = EmbeddedServer(tmp_path / "pg", settings=TEST_SETTINGS)
+    server.join()
+    yield server
+    server.start()
+    server.leave()
+
+
 @pytest.fixture(scope="session")
 def dsn(pg_server: EmbeddedServer | None) -> str:
     return os.environ.get("PGLOCK_TEST_DSN") or (pg_server.conninfo if pg_server else "")

@@ -3,12 +3,10 @@
 from __future__ import annotations
 
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import psycopg
 import pytest
-from conftest import TEST_SETTINGS, Env, one_line
+from conftest import Env, one_line
 from marks import assert_no_overlap, held_command, intervals, race
 
 from pglock.embedded import EmbeddedServer
@@ -78,15 +76,6 @@ def test_lease_contender_still_waits_for_an_advisory_rows_expiry(env: Env) -> No
     holder.communicate()
     time.sleep(0.5)
     assert env.run("run", "--job", "strict", "--", "true").returncode == 75
-
-
-@pytest.fixture
-def private_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
-    server = EmbeddedServer(tmp_path / "pg", settings=TEST_SETTINGS)
-    server.join()
-    yield server
-    server.start()
-    server.leave()
 
 
 @pytest.mark.parametrize("mode", ["lease", "advisory"])

@@ -6,11 +6,9 @@ import os
 import signal
 import subprocess
 import time
-from collections.abc import Iterator
-from pathlib import Path
 
 import pytest
-from conftest import TEST_SETTINGS, Env, one_line
+from conftest import Env, one_line
 
 from pglock.embedded import EmbeddedServer
 
@@ -135,16 +133,6 @@ def test_stopped_process_is_resumed_so_it_can_die(env: Env) -> None:
     holder.communicate(timeout=20)
     assert holder.returncode == 124
     assert not _alive(command_pid)
-
-
-@pytest.fixture
-def private_server(tmp_path: Path) -> Iterator[EmbeddedServer]:
-    """A server of this test's own, to stop and start without disturbing the others."""
-    server = EmbeddedServer(tmp_path / "pg", settings=TEST_SETTINGS)
-    server.join()
-    yield server
-    server.start()
-    server.leave()
 
 
 def test_unreachable_database_stops_the_command_before_the_lease_runs_out(
