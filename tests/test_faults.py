@@ -159,3 +159,37 @@ def test_unreachable_database_stops_the_command_before_the_lease_runs_out(
     assert "lock lost" in one_line(stderr)
     [run] = env.runs("cut-off")
     assert run["outcome"] == "lock_lost"
+
+
+def test_end_written_after_the_database_comes_back(env: Env,
+                                                   private_server: EmbeddedServer) -> None:
+    env.dsn = env.env["PGLOCK_DSN"] = private_server.conninfo
+    holder = env.popen("run", "--job", "late-record", "--ttl", "30s", "--connect-timeout", "20s",
+                       "--", "sleep", "2")
+    env.wait_for(lambda: env.runs("late-record"), what="the run row")
+    private_server.stop()
+    time.sleep(4)  # the command ends while the server is down; its end is retried
+    private_server.start()
+    stdout, stderr = holder.communicate(timeout=60)
+    assert (holder.returncode, stdout, stderr) == (0, "", "")
+    [run] = env.runs("late-record")
+    assert (run["outcome"], run["exit_code"]) == ("succeeded", 0)
+
+
+def test_end_never_written_is_said_and_the_exit_code_kept(env: Env,
+                                                         private_server: EmbeddedServer) -> None:
+    env.dsn = env.env["PGLOCK_DSN"] = private_server.conninfo
+    holder = env.popen("run", "--job", "no-record", "--ttl", "5s", "--connect-timeout", "2s",
+                       "--", "sh", "-c", "sleep 1; exit 3")
+    env.wait_for(lambda: env.runs("no-record"), what="the run row")
+    private_server.stop()
+    _, stderr = holder.communicate(timeout=60)
+    assert holder.returncode == 3
+    assert "could not be recorded" in one_line(stderr)
+    private_server.start()
+    [run] = env.runs("no-record")
+    assert run["outcome"] == "running"
+    # The next acquirer, once the lease has run out, tells the story.
+    env.wait_for(lambda: env.run("run", "--job", "no-record", "--", "true").returncode == 0,
+                 timeout=30, what="a takeover")
+    assert [r["outcome"] for r in env.runs("no-record")] == ["abandoned", "succeeded"]
