@@ -82,12 +82,15 @@ class Heartbeat:
     """A renewal thread with a stop event; `lost_at` is the local deadline."""
 
     def __init__(self, renewer: Renewer, *, acquired_sent_at: float, kill_after: float,
-                 on_lost: Callable[[], None]) -> None:
+                 on_lost: Callable[[], None],
+                 on_renewed: Callable[[float], None] | None = None) -> None:
         self.renewer = renewer
         self._on_lost = on_lost
+        self._on_renewed = on_renewed
         self.last_sent = acquired_sent_at
         self.grace = grace(renewer.horizon, kill_after)
-        self._slack = margin(renewer.horizon) + self.grace
+        self.margin = margin(renewer.horizon)
+        self._slack = self.margin + self.grace
         self.lost_reason: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="pglock-heartbeat", daemon=True)
@@ -120,5 +123,7 @@ class Heartbeat:
                 self._on_lost()
                 return
             self.last_sent = sent
+            if self._on_renewed is not None:
+                self._on_renewed(self.lost_at())
             next_at = sent + self.renewer.interval
         self.renewer.reset()

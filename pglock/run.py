@@ -25,6 +25,7 @@ from pglock.heartbeat import Heartbeat, LeaseRenewer, Renewer, check_ttl
 from pglock.history import Outcome, RunResult
 from pglock.runner import CannotStart, Child
 from pglock.supervise import SignalGate, Supervision
+from pglock.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -270,17 +271,11 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
         result = RunResult(Outcome.FAILED, int(child.exit_status), 0.0, error=str(child))
         _finish(session, claim, run.id, result, options)
         raise child
-    renewer: Renewer
-    if claim.mode == "advisory":
-        renewer = advisory.AdvisoryRenewer(claim, session)
-    else:
-        renewer = LeaseRenewer(claim, lambda: session.connect(claim.ttl / 3, claim.ttl / 3))
-    heartbeat = Heartbeat(renewer, acquired_sent_at=sent,
-                          kill_after=options.kill_after, on_lost=gate.wake)
+    heartbeat, watchdog = _keepers(session, claim, options, gate, sent, child)
     supervision = Supervision(child, heartbeat, gate, max_runtime=options.max_runtime,
                               kill_after=options.kill_after, on_lost=options.on_lost)
     try:
-        result, code = _supervise(supervision, capture, session)
+        result, code = _supervise(supervision, capture, session, watchdog)
     except Exception as error:
         # A bug of ours must not leave the command running unlocked, nor the run unrecorded.
         child.signal_group(signal.SIGKILL)
@@ -298,8 +293,32 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
     return code
 
 
+def _keepers(session: Reconnecting, claim: lease.Lease, options: RunOptions,
+             gate: SignalGate, sent: float, child: Child) -> tuple[Heartbeat, Watchdog | None]:
+    """The renewal thread, and (with --on-lost kill) the watchdog process beside it."""
+    renewer: Renewer
+    if claim.mode == "advisory":
+        renewer = advisory.AdvisoryRenewer(claim, session)
+    else:
+        renewer = LeaseRenewer(claim, lambda: session.connect(claim.ttl / 3, claim.ttl / 3))
+    watchdog: Watchdog | None = None
+
+    def renewed(lost_at: float) -> None:
+        if watchdog is not None:
+            watchdog.extend(lost_at + heartbeat.margin / 2)
+
+    heartbeat = Heartbeat(renewer, acquired_sent_at=sent, kill_after=options.kill_after,
+                          on_lost=gate.wake, on_renewed=renewed)
+    if options.on_lost == "kill":
+        # Forked here, before any thread of ours runs. It acts half a margin after the main
+        # loop would, so it only acts when pglock itself cannot: stopped, or stuck.
+        watchdog = Watchdog(child.pid, heartbeat.lost_at() + heartbeat.margin / 2,
+                            heartbeat.grace)
+    return heartbeat, watchdog
+
+
 def _supervise(supervision: Supervision, capture: output.Capture | None,
-               session: Reconnecting) -> tuple[RunResult, int]:
+               session: Reconnecting, watchdog: Watchdog | None) -> tuple[RunResult, int]:
     """Run to the end with the lease renewed; the result (with the output tail) and exit code."""
     if capture is not None:
         capture.start()
@@ -312,6 +331,12 @@ def _supervise(supervision: Supervision, capture: output.Capture | None,
     finally:
         if not supervision.heartbeat.stop():
             session.abandon()
+    if watchdog is not None and watchdog.stand_down() and result.outcome is not Outcome.LOCK_LOST:
+        result = dataclasses.replace(
+            result, outcome=Outcome.LOCK_LOST,
+            error="lock lost: pglock was stopped past the lock's deadline, and its watchdog "
+                  "stopped the command")
+        code = ExitStatus.INTERNAL
     return result, code
 
 

@@ -193,3 +193,28 @@ def test_end_never_written_is_said_and_the_exit_code_kept(env: Env,
     env.wait_for(lambda: env.run("run", "--job", "no-record", "--", "true").returncode == 0,
                  timeout=30, what="a takeover")
     assert [r["outcome"] for r in env.runs("no-record")] == ["abandoned", "succeeded"]
+
+
+def test_stopped_wrapper_cannot_outlive_its_lease(env: Env) -> None:
+    """SIGSTOP to pglock alone: its watchdog stops the command before the lease runs out."""
+    marks = env.tmp / "stopped"
+    holder = env.popen("run", "--job", "frozen-wrapper", "--ttl", "6s", "--",
+                       "sh", "-c", f"trap 'date +%s%N > {marks}; exit 1' TERM; sleep 60 & wait")
+    env.wait_for(lambda: env.runs("frozen-wrapper"), what="the run row")
+    os.kill(holder.pid, signal.SIGSTOP)
+    frozen_at = time.time_ns()
+    try:
+        env.wait_for(marks.exists, timeout=10, what="the watchdog to stop the command")
+        env.wait_for(lambda: marks.read_text().strip(), timeout=5, what="the mark")
+        # The last renewal was sent before the freeze; the lease lasts 6 s from it.
+        assert (int(marks.read_text()) - frozen_at) / 1e9 < 6
+        # Once the lease has run out, another host runs; the frozen one is no threat.
+        env.wait_for(lambda: env.run("run", "--job", "frozen-wrapper", "--", "true")
+                     .returncode == 0, timeout=20, what="a takeover")
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+    _, stderr = holder.communicate(timeout=30)
+    assert holder.returncode == 125
+    assert "lock lost" in one_line(stderr)
+    first, second = env.runs("frozen-wrapper")
+    assert (first["outcome"], second["outcome"]) == ("lock_lost", "succeeded")

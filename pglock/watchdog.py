@@ -1,0 +1,105 @@
+"""A second process that stops the command when the lock's deadline passes unrenewed.
+
+pglock enforces the lock's local deadline in its own main thread; a pglock that is
+stopped (SIGSTOP to its pid, a debugger) enforces nothing while its command, in a
+process group of its own, goes on. The watchdog is forked before any thread starts,
+learns each new deadline through a pipe, and SIGTERMs (then SIGKILLs) the command's
+group when the deadline passes first. It ends when the pipe closes: pglock finished,
+or died (and PR_SET_PDEATHSIG took the command along).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import select
+import signal
+import struct
+import sys
+import time
+
+from pglock import clock
+
+_RECORD = struct.Struct("d")
+_FIRED = 3
+_PR_SET_PDEATHSIG = 1
+
+
+class Watchdog:
+    """The watching process, seen from pglock."""
+
+    def __init__(self, pgid: int, deadline: float, grace: float) -> None:
+        read_end, self._write_end = os.pipe()
+        self.pid = os.fork()
+        if self.pid == 0:  # pragma: no cover (the child never returns)
+            os.close(self._write_end)
+            _watch(read_end, pgid, deadline, grace)
+        os.close(read_end)
+        os.set_blocking(self._write_end, False)
+
+    def extend(self, deadline: float) -> None:
+        """A renewal succeeded: the new deadline (on the shared boot-time clock)."""
+        # A full pipe means an unread deadline: a later one follows.
+        with contextlib.suppress(OSError):
+            os.write(self._write_end, _RECORD.pack(deadline))
+
+    def stand_down(self) -> bool:
+        """The command has ended: let the watchdog go; True if it had to stop the command."""
+        os.close(self._write_end)
+        _, status = os.waitpid(self.pid, 0)
+        return os.waitstatus_to_exitcode(status) == _FIRED
+
+
+def _watch(read_end: int, pgid: int, deadline: float, grace: float) -> None:
+    """The child: only os calls from here on, and never a return into pglock's code."""
+    fired = False
+    try:
+        # Hold nothing of pglock's: not cron's stdout (its mail would wait for us), not the
+        # output pipes (their reader would wait for EOF), not the database sockets.
+        devnull = os.open(os.devnull, os.O_RDWR)
+        for fd in (0, 1, 2):
+            os.dup2(devnull, fd)
+        os.closerange(3, read_end)
+        os.closerange(read_end + 1, 65536)
+        for signum in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
+                       signal.SIGUSR1, signal.SIGUSR2):
+            # Signals meant for pglock (or its terminal's group) are forwarded by pglock.
+            signal.signal(signum, signal.SIG_IGN)
+        signal.pthread_sigmask(signal.SIG_SETMASK, set())
+        _die_with_parent()
+        while True:
+            remaining = deadline - clock.now()
+            if remaining <= 0:
+                fired = True
+                _stop(pgid, grace)
+                break
+            readable, _, _ = select.select([read_end], [], [], remaining)
+            if readable:
+                data = os.read(read_end, 4096)
+                if not data:
+                    break
+                usable = len(data) - len(data) % _RECORD.size
+                if usable:
+                    (deadline,) = _RECORD.unpack_from(data, usable - _RECORD.size)
+    finally:
+        os._exit(_FIRED if fired else 0)
+
+
+def _stop(pgid: int, grace: float) -> None:
+    for signum in (signal.SIGTERM, signal.SIGCONT):
+        _signal(pgid, signum)
+    time.sleep(grace)
+    _signal(pgid, signal.SIGKILL)
+
+
+def _signal(pgid: int, signum: int) -> None:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(pgid, signum)
+
+
+def _die_with_parent() -> None:
+    if sys.platform != "linux":
+        return
+    import ctypes
+
+    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
