@@ -7,7 +7,7 @@ sends (rendered from pglock's own constants) and spawns the same command: the sa
 work minus pglock's own Python. pglock and its floor run interleaved (A B A B ...) so
 machine noise hits both alike.
 
-Usage: scripts/bench [--runs N] [--quick] [--herd N]
+Usage: scripts/bench [--runs N] [--quick] [--herd N] [--status-rows N] [--only SECTION]
 A throwaway embedded server is started unless PGLOCK_BENCH_DSN names one; the schema
 `bench` on it is dropped before (and, on a server of yours, after) the run.
 """
@@ -670,6 +670,245 @@ def bench_herds(stack: contextlib.ExitStack, tmp: Path, size: int) -> None:
                preloaded=False)
 
 
+# ---------------------------------------------------------------- 6. status and history at scale
+
+
+STATUS_JOBS = 10_000
+STATUS_ROWS = 10_000_000
+STATUS_ROWS_QUICK = 1_000_000
+STATUS_BUDGET_MS = 150.0
+STATUS_MIN_FREE_GB = 5.0
+# Bulk loading: more memory for the index builds, fewer checkpoints while the rows go in.
+STATUS_SETTINGS = {**SETTINGS, "maintenance_work_mem": "512MB", "max_wal_size": "8GB",
+                   "checkpoint_timeout": "30min"}
+# The busiest job: about 1% of all rows (the job of job index 0, see STATUS_FILL_RUNS).
+BUSY_JOB = "job-00000"
+
+# Rows spread over the last 90 days, ids rising with started_at as in real use. Job k takes
+# the rows with floor(10000 * r^2) = k (r uniform), so low k run often: job-00000 gets ~1%
+# of the rows and job-09999 about 1/20000 of them; the first 10,000 rows go one to each job.
+STATUS_FILL_RUNS = """
+SELECT setseed(0.42);
+INSERT INTO {schema}.runs (job, mode, holder, holder_pid, fencing_token, command, started_at,
+                           finished_at, duration, exit_code, outcome, error)
+SELECT 'job-' || lpad((CASE WHEN r.g <= 10000 THEN r.g - 1
+                             ELSE least(floor(10000 * r.a * r.a), 9999) END)::int::text, 5, '0'),
+       'lease', 'host-' || lpad(mod(r.g, 40)::text, 2, '0'), 1000 + mod(r.g, 30000), r.g,
+       'nightly-task.sh', s.started, s.started + d.took, d.took,
+       CASE o.outcome WHEN 'succeeded' THEN 0 WHEN 'failed' THEN 1 END, o.outcome,
+       CASE o.outcome WHEN 'timed_out' THEN 'timed out after 600s' END
+FROM (SELECT g, random() AS a, random() AS b, random() AS c
+      FROM generate_series(1, %(rows)s::bigint) g) r,
+     LATERAL (SELECT now() - interval '90 days'
+                     + (interval '90 days' - interval '10 minutes') * r.g / %(rows)s AS started) s,
+     LATERAL (SELECT make_interval(secs => 0.2 + 120 * r.b * r.b) AS took) d,
+     LATERAL (SELECT CASE WHEN r.c < 0.95 THEN 'succeeded' WHEN r.c < 0.99 THEN 'failed'
+                          ELSE 'timed_out' END AS outcome) o
+"""
+# One summary per job, from its own runs; 50 jobs daily at 03:00 UTC (next slot ahead, so
+# status does no cron arithmetic); every 1000th job runs now, holding its lease.
+STATUS_FILL_JOBS = """
+INSERT INTO {schema}.jobs (job, mode, schedule, timezone, last_slot, next_slot, grace,
+                           consecutive_failures, created_at, last_run_id, last_started_at,
+                           last_holder, last_finished_run_id, last_finished_at, last_outcome,
+                           last_exit_code, last_duration, last_success_at, outcome_counts)
+SELECT n.job, 'lease',
+       CASE WHEN sched THEN '0 3 * * *' END, CASE WHEN sched THEN 'UTC' END,
+       CASE WHEN sched THEN nxt - interval '1 day' END, CASE WHEN sched THEN nxt END,
+       CASE WHEN sched THEN interval '10 minutes' END,
+       CASE WHEN r.outcome = 'succeeded' THEN 0 ELSE 1 END,
+       now() - interval '91 days',
+       CASE WHEN held THEN a.last_id + 1 ELSE a.last_id END,
+       CASE WHEN held THEN now() - interval '30 seconds' ELSE r.started_at END,
+       r.holder, a.last_id, r.finished_at, r.outcome, r.exit_code, r.duration,
+       a.last_success,
+       jsonb_strip_nulls(jsonb_build_object('succeeded', a.succeeded, 'failed', a.failed,
+                                            'timed_out', a.timed_out))
+FROM (SELECT 'job-' || lpad(k::text, 5, '0') AS job, mod(k, 200) = 100 AS sched,
+             mod(k, 1000) = 7 AS held,
+             date_trunc('day', now() AT TIME ZONE 'UTC') AT TIME ZONE 'UTC'
+                 + interval '1 day 3 hours' AS nxt
+      FROM generate_series(0, %(jobs)s - 1) k) n
+JOIN (SELECT job, max(id) AS last_id,
+             max(finished_at) FILTER (WHERE outcome = 'succeeded') AS last_success,
+             nullif(count(*) FILTER (WHERE outcome = 'succeeded'), 0) AS succeeded,
+             nullif(count(*) FILTER (WHERE outcome = 'failed'), 0) AS failed,
+             nullif(count(*) FILTER (WHERE outcome = 'timed_out'), 0) AS timed_out
+      FROM {schema}.runs GROUP BY job) a ON a.job = n.job
+JOIN {schema}.runs r ON r.id = a.last_id
+"""
+# Every 10th job has a lock row: those of STATUS_FILL_JOBS held (lease live for a day),
+# the rest released after their last run.
+STATUS_FILL_LOCKS = """
+INSERT INTO {schema}.locks (job, mode, holder, holder_pid, holder_id, fencing_token, ttl,
+                            acquired_at, renewed_at, expires_at, released_at)
+SELECT j.job, 'lease', j.last_holder, 4242, md5(j.job), j.last_run_id, interval '1 day',
+       j.last_started_at, now(), now() + interval '1 day',
+       CASE WHEN j.last_run_id IS DISTINCT FROM j.last_finished_run_id THEN NULL
+            ELSE j.last_finished_at END
+FROM {schema}.jobs j
+WHERE right(j.job, 2) = '07'
+"""
+
+STATUS_PROFILE = """
+import contextlib, os, sys
+with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
+    from pglock.cli import main
+    code = main(sys.argv[1:])
+"""
+
+
+def _runs_indexes(conn: psycopg.Connection[Any]) -> tuple[list[str], list[str]]:
+    """The statements that drop and that recreate the indexes and keys of runs, as the
+    schema made them (read from the catalog, not restated here)."""
+    table = f"{SCHEMA}.runs"
+    constraints = conn.execute(
+        "SELECT conname, pg_get_constraintdef(oid) FROM pg_constraint"
+        " WHERE conrelid = %s::regclass AND contype IN ('p', 'u')", (table,)).fetchall()
+    owned = {name for name, _ in constraints}
+    indexes = [(name, definition) for name, definition in conn.execute(
+        "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s AND tablename = 'runs'",
+        (SCHEMA,)).fetchall() if name not in owned]
+    quoted = sql.Identifier(SCHEMA, "runs").as_string(conn)
+    drop = [f"ALTER TABLE {quoted} DROP CONSTRAINT {sql.Identifier(n).as_string(conn)}"
+            for n, _ in constraints]
+    drop += [f"DROP INDEX {sql.Identifier(SCHEMA, n).as_string(conn)}" for n, _ in indexes]
+    create = [f"ALTER TABLE {quoted} ADD CONSTRAINT {sql.Identifier(n).as_string(conn)} {d}"
+              for n, d in constraints]
+    create += [definition for _, definition in indexes]
+    return drop, create
+
+
+def fill_status(conninfo: str, rows: int) -> dict[str, float]:
+    """pglock's schema with STATUS_JOBS jobs and `rows` history rows; seconds per step."""
+    env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
+    init = timed([PGLOCK, "init", "-q"], env)
+    if init.returncode != 0:
+        raise BenchError(f"pglock init exited {init.returncode}: {init.stderr.strip()}")
+    steps: dict[str, float] = {}
+
+    def step(name: str, statements: Sequence[str], params: dict[str, Any] | None = None) -> None:
+        started = time.perf_counter()
+        for statement in statements:
+            conn.execute(pglock_schema.query(statement, SCHEMA) if "{schema}" in statement
+                         else statement, params)
+        steps[name] = steps.get(name, 0.0) + time.perf_counter() - started
+
+    params = {"rows": rows, "jobs": STATUS_JOBS}
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        drop, create = _runs_indexes(conn)
+        step("runs", drop)
+        step("runs", [s for s in STATUS_FILL_RUNS.split(";\n") if s.strip()], params)
+        step("indexes", create)
+        step("jobs", [STATUS_FILL_JOBS], params)
+        step("locks", [STATUS_FILL_LOCKS])
+        step("vacuum analyze", [f"VACUUM ANALYZE {SCHEMA}.runs", f"VACUUM ANALYZE {SCHEMA}.jobs",
+                                f"VACUUM ANALYZE {SCHEMA}.locks"])
+    return steps
+
+
+def status_counts(conninfo: str) -> str:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(pglock_schema.query(
+            "SELECT (SELECT count(*) FROM {schema}.jobs),"
+            " (SELECT count(*) FROM {schema}.locks),"
+            " (SELECT count(*) FROM {schema}.locks WHERE released_at IS NULL),"
+            " (SELECT count(*) FROM {schema}.jobs WHERE schedule IS NOT NULL),"
+            " (SELECT count(*) FROM {schema}.runs WHERE job = %s),"
+            " pg_size_pretty(pg_total_relation_size(%s::regclass))", SCHEMA),
+            (BUSY_JOB, f"{SCHEMA}.runs")).fetchone()
+    assert row is not None
+    return (f"{row[0]} jobs ({row[3]} scheduled), {row[1]} lock rows ({row[2]} held),"
+            f" {BUSY_JOB} has {row[4]} runs; runs with its indexes {row[5]}")
+
+
+def timed_piped(argv: Sequence[str], env: dict[str, str]) -> tuple[Sample, int]:
+    """As timed(), with stdout a pipe we read (as `pglock status | less`); its size."""
+    started = time.perf_counter()
+    done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          check=False, timeout=300)
+    seconds = time.perf_counter() - started
+    return Sample(seconds, done.returncode, done.stderr.decode(errors="replace")), len(done.stdout)
+
+
+def where_time_goes(args: Sequence[str], env: dict[str, str], tmp: Path, count: int = 8) -> None:
+    """Findings for a figure over budget: the slowest imports, then cProfile's top lines."""
+    profile = import_profile([PGLOCK, *args], env)
+    total = sum(v[0] for v in profile.values()) / 1000
+    depth = min(v[2] for v in profile.values())
+    ranked = sorted((n for n, v in profile.items() if v[2] == depth),
+                    key=lambda n: -profile[n][1])
+    print(f"    importtime: all imports {total:.1f} ms; top-level, cumulative ms: "
+          + ", ".join(f"{n} {profile[n][1] / 1000:.1f}" for n in ranked[:count]))
+    script = tmp / "status_profile.py"
+    script.write_text(STATUS_PROFILE)
+    done = subprocess.run([PYTHON, "-m", "cProfile", "-s", "cumulative", str(script), *args],
+                          env=env, stdin=subprocess.DEVNULL, capture_output=True,
+                          text=True, check=False, timeout=300)
+    lines = done.stdout.splitlines()
+    heads = [i for i, line in enumerate(lines) if line.lstrip().startswith("ncalls")]
+    if not heads:
+        print(f"    cProfile: no output (exit {done.returncode}): "
+              f"{(done.stderr.strip().splitlines() or [''])[-1]}")
+        return
+    totals = [line.strip() for line in lines[:heads[0]] if "function calls" in line]
+    # Import machinery and module bodies are what -X importtime showed, and the chain of
+    # click/typer dispatch frames holds everything; the rest is where the work is.
+    skip = ("<frozen importlib", "(<module>)", "builtins.exec}", "builtins.__import__}",
+            "status_profile.py", "cli.py:250(main)", "core.py:", "main.py:")
+    work = [line.rstrip() for line in lines[heads[0] + 1:]
+            if line.strip() and not any(s in line for s in skip)]
+    print(f"    cProfile -s cumulative ({totals[0] if totals else '?'}), imports left out:")
+    for line in [lines[heads[0]].rstrip(), *work[:count]]:
+        print(f"      {line}")
+
+
+def bench_status(stack: contextlib.ExitStack, tmp: Path, runs: int, rows: int) -> None:
+    free_gb = shutil.disk_usage(tmp).free / 2**30
+    if free_gb < STATUS_MIN_FREE_GB and rows > STATUS_ROWS_QUICK:
+        print(f"status: only {free_gb:.1f} GB free under {tmp}, less than"
+              f" {STATUS_MIN_FREE_GB:g} GB: {STATUS_ROWS_QUICK:,} history rows, not {rows:,}")
+        rows = STATUS_ROWS_QUICK
+    conninfo = stack.enter_context(throwaway_server(tmp / "pg-status", STATUS_SETTINGS))
+    started = time.perf_counter()
+    steps = fill_status(conninfo, rows)
+    took = time.perf_counter() - started
+    print(f"status server: {free_gb:.0f} GB free; fill of {rows:,} history rows took {took:.1f} s"
+          f" ({', '.join(f'{k} {v:.1f} s' for k, v in steps.items())})")
+    print(f"  {status_counts(conninfo)}")
+    env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
+    figures = {
+        "status": ["status"],
+        "status --json": ["status", "--json"],
+        "history --job": ["history", "--job", BUSY_JOB],
+        "history --job --json": ["history", "--job", BUSY_JOB, "--json"],
+        "history": ["history"],
+    }
+    for args in figures.values():  # warm-up: caches, bytecode
+        timed_piped([PGLOCK, *args], env)
+    base: list[float] = []
+    times: dict[str, list[float]] = {name: [] for name in figures}
+    sizes: dict[str, int] = {}
+    unexpected = Unexpected()
+    for _ in range(runs):
+        base.append(timed([PYTHON, "-c", "pass"], env).seconds)
+        for name, args in figures.items():
+            sample, sizes[name] = timed_piped([PGLOCK, *args], env)
+            unexpected.check(name, sample, 0)
+            times[name].append(sample.seconds)
+    report("python -c pass", base)
+    floor = [t + STATUS_BUDGET_MS / 1000 for t in base]
+    over = []
+    for name, samples in times.items():
+        report(name, samples, floor, "<= 1.00",
+               f"floor: python -c pass + {STATUS_BUDGET_MS:.0f} ms; {sizes[name]:,} bytes out")
+        if statistics.median(samples) > statistics.median(floor):
+            over.append(name)
+    for name in over:
+        print(f"  where the time of `pglock {' '.join(figures[name])}` goes:")
+        where_time_goes(figures[name], env, tmp)
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -678,10 +917,13 @@ def parse_args() -> argparse.Namespace:
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
     parser.add_argument("--runs", type=int, help="runs per timed figure (default 20; quick 5)")
     parser.add_argument("--herd", type=int, help="contenders in the herd (default 200; quick 50)")
+    parser.add_argument("--status-rows", type=int, metavar="N",
+                        help="history rows for the status section (default 10,000,000;"
+                             " quick 1,000,000)")
     parser.add_argument("--quick", action="store_true", help="fewer iterations, for smoke use")
     parser.add_argument("--only", action="append", metavar="SECTION",
                         help="run only these sections: run, embedded, startup, imports, "
-                             "memory, herd (repeatable)")
+                             "memory, herd, status (repeatable)")
     return parser.parse_args()
 
 
@@ -703,6 +945,7 @@ def main() -> int:
     args = parse_args()
     runs = args.runs or (5 if args.quick else 20)
     size = args.herd or (50 if args.quick else 200)
+    rows = args.status_rows or (STATUS_ROWS_QUICK if args.quick else STATUS_ROWS)
     sys.stdout.reconfigure(line_buffering=True)  # type: ignore[union-attr]
     signal.signal(signal.SIGTERM, lambda *_: sys.exit(143))
     external = os.environ.get("PGLOCK_BENCH_DSN")
@@ -725,6 +968,7 @@ def main() -> int:
             ("imports", lambda: bench_imports(conninfo, floor, runs)),
             ("memory", lambda: bench_memory(conninfo, floor)),
             ("herd", lambda: bench_herds(stack, tmp, size)),
+            ("status", lambda: bench_status(stack, tmp, runs, rows)),
         ]
         for name, section in sections:
             if args.only and name not in args.only:
