@@ -204,21 +204,15 @@ def init(
         if print_sql:
             print(schema_module.ddl(name).as_string(None))
             return 0
-        target = config.resolve_target(dsn)
         timeout = parse_duration(connect_timeout, option="--connect-timeout")
-        with database.opened(target) as conninfo, database.connect(
-                conninfo, application_name="pglock init", timeout=timeout) as conn:
+        with database.session(config.resolve_target(dsn), application_name="pglock init",
+                              timeout=timeout) as (conn, place):
             schema_module.ensure(conn, name)
-        place = "the embedded server" if target.embedded else database.describe(conninfo)
         if not quiet:
             print(f"schema {name!r} is ready (version {schema_module.VERSION}) on {place}")
         return 0
     except PglockError as error:
         return _fail(error)
-
-
-# The operator commands (status, history, clear, prune) register themselves on `app`.
-from pglock import cli_operator  # noqa: E402, F401
 
 
 def _version(value: bool) -> None:
@@ -235,6 +229,17 @@ def _main(
     """Run a cron job on exactly one host of a fleet, locked in PostgreSQL."""
 
 
+def full_app() -> typer.Typer:
+    """`app` with every command: the operator and monitoring ones register on import,
+    which `pglock run`, the command every cron line starts, need not pay for."""
+    import importlib
+
+    # In this order, the order of `pglock --help`: the on-call commands before monitoring.
+    for module in ("pglock.cli_operator", "pglock.cli_monitor"):
+        importlib.import_module(module)
+    return app
+
+
 def _parser(args: list[str]) -> tuple[typer.core.TyperCommand | typer.core.TyperGroup,
                                       list[str], str]:
     """The command that parses `args`: for `run`, its own alone, as every cron run pays
@@ -244,7 +249,7 @@ def _parser(args: list[str]) -> tuple[typer.core.TyperCommand | typer.core.Typer
         command = typer.main.get_command_from_info(
             info, pretty_exceptions_short=True, rich_markup_mode=None)
         return command, args[1:], "pglock run"  # type: ignore[return-value]
-    return typer.main.get_command(app), args, "pglock"  # type: ignore[return-value]
+    return typer.main.get_command(full_app()), args, "pglock"  # type: ignore[return-value]
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -284,6 +289,3 @@ def main(argv: list[str] | None = None) -> int:
         return int(code or 0)
     sys.exit(code or 0)
 
-
-# The monitoring commands live in their own module; importing it registers them.
-from pglock import cli_monitor  # noqa: E402, F401

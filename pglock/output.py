@@ -13,14 +13,9 @@ import os
 import selectors
 import struct
 import threading
-from dataclasses import dataclass
-from datetime import datetime
-from typing import IO, Any
-
-import psycopg
+from typing import IO
 
 from pglock.errors import UsageError
-from pglock.schema import query
 
 DEFAULT_TAIL = 4096
 # The tail goes into a history row; more than this belongs in a log, not in `runs`.
@@ -32,12 +27,6 @@ DRAIN = 2.0
 _CHUNK = 65536
 _RECORD = struct.Struct(">BI")
 
-RUN_OUTPUT = "SELECT output_tail FROM {schema}.runs WHERE id = %(run_id)s"
-RECENT_OUTPUTS = """
-SELECT id, started_at, outcome, output_tail FROM {schema}.runs
-WHERE job = %(job)s AND output_tail IS NOT NULL
-ORDER BY id DESC LIMIT %(limit)s
-"""
 
 
 def check_tail_size(size: int) -> int:
@@ -195,26 +184,3 @@ class Capture:
                 self.held.add(target, chunk)
                 return True
         return write_all(target, chunk)
-
-
-@dataclass(frozen=True)
-class RunOutput:
-    """The output tail a run left in history."""
-
-    run_id: int
-    started_at: datetime
-    outcome: str
-    tail: bytes
-
-
-def run_output(conn: psycopg.Connection[Any], schema: str, run_id: int) -> bytes | None:
-    """The kept output of one run (None: not kept, or no such run)."""
-    row = conn.execute(query(RUN_OUTPUT, schema), {"run_id": run_id}).fetchone()
-    return None if row is None or row[0] is None else bytes(row[0])
-
-
-def recent_outputs(conn: psycopg.Connection[Any], schema: str, job: str,
-                   limit: int = 1) -> list[RunOutput]:
-    """The job's latest runs that kept output, newest first."""
-    rows = conn.execute(query(RECENT_OUTPUTS, schema), {"job": job, "limit": limit}).fetchall()
-    return [RunOutput(row[0], row[1], row[2], bytes(row[3])) for row in rows]

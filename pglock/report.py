@@ -14,7 +14,8 @@ from pglock.history import Outcome
 
 _SELECT = """
 SELECT id, job, started_at, finished_at, holder, holder_pid, mode, outcome, exit_code, signal,
-       extract(epoch FROM duration)::float8, fencing_token, error {output}
+       extract(epoch FROM duration)::float8, fencing_token, error,
+       CASE WHEN %(outputs)s THEN output_tail END
 FROM {schema}.runs
 """
 # Each filter is a constant; only the ones asked for are joined in, so every query is one
@@ -137,9 +138,9 @@ def recent(conn: psycopg.Connection[Any], schema_name: str, filters: Filters, *,
     each with its kept output tail (read in the same statement)."""
     asked = [text for name, text in _FILTERS.items() if getattr(filters, name) is not None]
     where = "WHERE " + " AND ".join(asked) if asked else ""
-    select = _SELECT.replace("{output}", ", output_tail" if outputs else "")
-    statement = schema.query(f"{select} {where} {_ORDER}", schema_name)
-    return [RunRow(*row) for row in conn.execute(statement, filters.params())]
+    statement = schema.query(f"{_SELECT} {where} {_ORDER}", schema_name)
+    return [RunRow(*row) for row in conn.execute(statement,
+                                                {**filters.params(), "outputs": outputs})]
 
 
 def known(conn: psycopg.Connection[Any], schema_name: str, job: str) -> bool:

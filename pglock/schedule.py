@@ -171,8 +171,3 @@ def due(schedule: Schedule, due_at: datetime, now: datetime, grace: float) -> Du
     while missed < MISSED_LIMIT and _utc(fires.get_next(datetime)) < limit:
         missed += 1
     return Due(due_at, next_after(schedule, now), missed)
-
-
-def is_overdue(schedule: Schedule, last_slot: datetime, now: datetime, grace: float) -> bool:
-    """True when a slot after `last_slot` passed more than `grace` seconds before `now`."""
-    return due(schedule, next_after(schedule, last_slot), now, grace).overdue

@@ -106,6 +106,16 @@ class Env:
                 return []
             return cursor.fetchall()
 
+    def start_holder(self, job: str, *args: str,
+                     seconds: int = 60) -> tuple[subprocess.Popen[str], int]:
+        """A pglock running `sleep` for the job, once its command runs; it and the command's pid."""
+        pidfile = self.tmp / f"{job}.pid"
+        holder = self.popen("run", "--job", job, *args, "--",
+                            "sh", "-c", f"echo $$ > {pidfile}; exec sleep {seconds}")
+        self.wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(),
+                      what="the command")
+        return holder, int(pidfile.read_text())
+
     def wait_for(self, predicate: Any, timeout: float = 30, what: str = "condition") -> None:
         """Poll until predicate() is true."""
         deadline = time.monotonic() + timeout

@@ -52,9 +52,7 @@ def test_holder_shows_in_pg_locks_under_the_documented_key(env: Env) -> None:
 
 
 def test_sigkilled_advisory_holder_is_replaced_without_waiting_for_the_ttl(env: Env) -> None:
-    holder = env.popen("run", "--job", "gone", "--mode", "advisory", "--ttl", "60s", "--",
-                       "sleep", "60")
-    env.wait_for(lambda: env.runs("gone"), what="the run row")
+    holder, _ = env.start_holder("gone", "--mode", "advisory", "--ttl", "60s")
     holder.kill()
     holder.communicate()
     killed = time.monotonic()
@@ -69,9 +67,7 @@ def test_sigkilled_advisory_holder_is_replaced_without_waiting_for_the_ttl(env: 
 
 
 def test_lease_contender_still_waits_for_an_advisory_rows_expiry(env: Env) -> None:
-    holder = env.popen("run", "--job", "strict", "--mode", "advisory", "--ttl", "60s", "--",
-                       "sleep", "60")
-    env.wait_for(lambda: env.runs("strict"), what="the run row")
+    holder, _ = env.start_holder("strict", "--mode", "advisory", "--ttl", "60s")
     holder.kill()
     holder.communicate()
     time.sleep(0.5)

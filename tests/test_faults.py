@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import os
 import signal
-import subprocess
 import time
 
 import pytest
@@ -23,18 +22,8 @@ def _alive(pid: int) -> bool:
         return stat.read().split(") ")[1][0] != "Z"
 
 
-def _start_holder(env: Env, job: str, *args: str, seconds: int = 60) -> tuple[
-        subprocess.Popen[str], int]:
-    """A pglock running `sleep` for the job; returns it and the command's pid."""
-    pidfile = env.tmp / f"{job}.pid"
-    holder = env.popen("run", "--job", job, *args, "--",
-                       "sh", "-c", f'echo $$ > {pidfile}; exec sleep {seconds}')
-    env.wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the command")
-    return holder, int(pidfile.read_text())
-
-
 def test_lock_taken_over_stops_the_command(env: Env) -> None:
-    holder, command_pid = _start_holder(env, "stolen", "--ttl", "6s")
+    holder, command_pid = env.start_holder("stolen", "--ttl", "6s")
     # Another host takes the lock as if the lease had run out.
     env.query("UPDATE {schema}.locks SET expires_at = clock_timestamp() WHERE job = 'stolen'")
     thief = env.run("run", "--job", "stolen", "--", "true")
@@ -62,7 +51,7 @@ def test_on_lost_continue_lets_the_command_finish(env: Env) -> None:
 
 
 def test_sigkilled_wrapper_takes_its_command_along(env: Env) -> None:
-    holder, command_pid = _start_holder(env, "crash", "--ttl", "5s")
+    holder, command_pid = env.start_holder("crash", "--ttl", "5s")
     holder.kill()
     holder.communicate()
     env.wait_for(lambda: not _alive(command_pid), timeout=2, what="the orphaned command to die")
@@ -79,7 +68,7 @@ def test_sigkilled_wrapper_takes_its_command_along(env: Env) -> None:
 
 @pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT, signal.SIGHUP])
 def test_stop_signals_are_forwarded(env: Env, signum: int) -> None:
-    holder, command_pid = _start_holder(env, "signalled")
+    holder, command_pid = env.start_holder("signalled")
     holder.send_signal(signum)
     stdout, stderr = holder.communicate(timeout=20)
     assert holder.returncode == 128 + signum
@@ -128,7 +117,7 @@ def test_max_runtime_stops_the_command(env: Env) -> None:
 
 
 def test_stopped_process_is_resumed_so_it_can_die(env: Env) -> None:
-    holder, command_pid = _start_holder(env, "frozen", "--max-runtime", "2s")
+    holder, command_pid = env.start_holder("frozen", "--max-runtime", "2s")
     os.kill(command_pid, signal.SIGSTOP)
     holder.communicate(timeout=20)
     assert holder.returncode == 124

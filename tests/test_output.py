@@ -13,7 +13,7 @@ from pathlib import Path
 import pytest
 from conftest import PGLOCK, Env, one_line
 
-from pglock import database, output
+from pglock import output
 
 
 def run_binary(env: Env, *args: str) -> subprocess.CompletedProcess[bytes]:
@@ -45,10 +45,8 @@ def test_the_tail_interleaves_both_streams_in_order(env: Env) -> None:
     result = run_binary(env, "--job", "order", "--", "sh", "-c",
                         "printf one; sleep 0.2; printf two >&2; sleep 0.2; printf three; exit 4")
     assert (result.returncode, result.stdout, result.stderr) == (4, b"onethree", b"two")
-    with database.connect(env.dsn, application_name="test", timeout=10) as conn:
-        [kept] = output.recent_outputs(conn, env.schema, "order")
-        assert output.run_output(conn, env.schema, kept.run_id) == b"onetwothree"
-    assert (kept.tail, kept.outcome) == (b"onetwothree", "failed")
+    [run] = env.runs("order")
+    assert (bytes(run["output_tail"]), run["outcome"]) == (b"onetwothree", "failed")
 
 
 def test_output_tail_zero_keeps_nothing(env: Env) -> None:

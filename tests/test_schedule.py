@@ -70,12 +70,16 @@ def test_due_and_missed_slots() -> None:
     assert schedule.due(hourly, due_at, at(2025, 5, 1), 360).missed == schedule.MISSED_LIMIT
 
 
-def test_is_overdue() -> None:
+def test_overdue_only_past_the_grace_of_the_slot_after_the_last() -> None:
     daily = schedule.parse("0 3 * * *", "UTC")
-    last = at(2024, 5, 1, 3)
-    assert not schedule.is_overdue(daily, last, at(2024, 5, 2, 2), 60)
-    assert not schedule.is_overdue(daily, last, at(2024, 5, 2, 3, 1), 60)
-    assert schedule.is_overdue(daily, last, at(2024, 5, 2, 3, 1, 1), 60)
+    due_at = schedule.next_after(daily, at(2024, 5, 1, 3))
+
+    def overdue(now: datetime) -> bool:
+        return schedule.due(daily, due_at, now, 60).overdue
+
+    assert not overdue(at(2024, 5, 2, 2))
+    assert not overdue(at(2024, 5, 2, 3, 1))
+    assert overdue(at(2024, 5, 2, 3, 1, 1))
 
 
 @pytest.mark.parametrize(("expr", "words"), [
