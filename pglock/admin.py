@@ -18,7 +18,7 @@ import psycopg
 
 from pglock import database, schema
 from pglock.errors import DatabaseError
-from pglock.status import JobStatus, Lock
+from pglock.jobs import Job, Lock
 
 # Only the holder the operator was shown (its fencing token) is cleared: if the lock
 # changed hands while they read the prompt, the newcomer is left alone.
@@ -92,20 +92,20 @@ def operator() -> str:
     return f"{user}@{socket.gethostname()}"
 
 
-def clear(conn: psycopg.Connection[Any], schema_name: str, shown: JobStatus, *,
+def clear(conn: psycopg.Connection[Any], schema_name: str, shown: Job, *,
           reason: str | None, now: bool, by: str) -> Cleared | None:
     """Take the lock from the holder shown; None if it was released or changed hands."""
     lock = shown.holding
     assert lock is not None
     note = (f"{reason or 'no reason given'}; cleared {lock.holder}:{lock.holder_pid} "
             f"token {lock.fencing_token} by {by}")
-    params = {"job": shown.job, "fencing_token": lock.fencing_token, "now": now, "by": by,
+    params = {"job": shown.name, "fencing_token": lock.fencing_token, "now": now, "by": by,
               "note": note, "reason": reason}
-    with database.translated(f"cannot clear job {shown.job!r}"):
+    with database.translated(f"cannot clear job {shown.name!r}"):
         row = conn.execute(schema.query(CLEAR, schema_name), params).fetchone()
     if row is None:
         return None
-    return Cleared(shown.job, lock, row[0], row[1], float(row[2]), by)
+    return Cleared(shown.name, lock, row[0], row[1], float(row[2]), by)
 
 
 def terminate(conn: psycopg.Connection[Any], lock: Lock) -> str:

@@ -9,17 +9,18 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from pglock.durations import format_duration
 from pglock.errors import UsageError
-from pglock.monitor import JobHealth, Problem, Snapshot, failures
+from pglock.jobs import Job, Problem, Snapshot, Weight
 
 
-class Status(enum.IntEnum):
-    """A plugin's exit code."""
+class PluginStatus(enum.IntEnum):
+    """A monitoring plugin's exit code (Nagios convention), not pglock's ExitStatus."""
 
     OK = 0
     WARNING = 1
@@ -28,7 +29,8 @@ class Status(enum.IntEnum):
 
 
 # A problem found outranks not knowing about one job.
-_RANK = {Status.OK: 0, Status.UNKNOWN: 1, Status.WARNING: 2, Status.CRITICAL: 3}
+_RANK = {PluginStatus.OK: 0, PluginStatus.UNKNOWN: 1, PluginStatus.WARNING: 2,
+         PluginStatus.CRITICAL: 3}
 
 
 @dataclass(frozen=True)
@@ -50,18 +52,20 @@ class Thresholds:
                 raise UsageError(f"--{name}-warning ({warning}) is above "
                                  f"--{name}-critical ({critical})")
 
-    def level(self, value: int, name: str) -> Status:
+    def level(self, value: int, name: str) -> PluginStatus:
         if value >= getattr(self, f"{name}_critical"):
-            return Status.CRITICAL
-        return Status.WARNING if value >= getattr(self, f"{name}_warning") else Status.OK
+            return PluginStatus.CRITICAL
+        if value >= getattr(self, f"{name}_warning"):
+            return PluginStatus.WARNING
+        return PluginStatus.OK
 
 
 @dataclass(frozen=True)
 class Verdict:
     """One job's status and the reasons for it."""
 
-    job: JobHealth
-    status: Status
+    job: Job
+    status: PluginStatus
     reasons: tuple[str, ...]
 
 
@@ -69,7 +73,7 @@ class Verdict:
 class Report:
     """What check prints and exits with."""
 
-    status: Status
+    status: PluginStatus
     summary: str
     counts: dict[str, int] = field(default_factory=dict)
     verdicts: tuple[Verdict, ...] = ()
@@ -77,32 +81,61 @@ class Report:
     now: datetime | None = None
 
 
-def worst(statuses: list[Status]) -> Status:
-    return max(statuses, key=_RANK.__getitem__, default=Status.OK)
+def worst(statuses: list[PluginStatus]) -> PluginStatus:
+    return max(statuses, key=_RANK.__getitem__, default=PluginStatus.OK)
 
 
-def judge(job: JobHealth, thresholds: Thresholds, now: datetime) -> Verdict:
+def _stale(job: Job, now: datetime) -> str:
+    expired = _ago(job.lock.expires_at if job.lock else None, now)
+    return (f"run {job.last_run_id} is marked running but its lock expired {expired} "
+            "(its holder vanished)")
+
+
+def _failed(job: Job, now: datetime) -> str:
+    last = job.last_run
+    assert last is not None
+    in_row = f", {job.failures} in a row" if job.failures > 1 else ""
+    exit_code = "" if last.exit_code is None else f" (exit {last.exit_code})"
+    return f"last run {last.outcome}{exit_code}{in_row}, {_ago(last.finished_at, now)}"
+
+
+def _overdue(job: Job, now: datetime) -> str:
+    assert job.due is not None
+    missed = job.due.missed
+    slots = "1 slot" if missed == 1 else f"{missed} slots"
+    return (f"overdue: {slots} missed, the first due {_ago(job.due.due_at, now)} "
+            f"(schedule '{job.schedule}', grace {format_duration(job.due.grace)})")
+
+
+def _unreadable(job: Job, now: datetime) -> str:
+    return job.schedule_note or "its schedule cannot be read here"
+
+
+# Each problem's reason, as the line under the summary says it.
+REASONS: dict[Problem, Callable[[Job, datetime], str]] = {
+    Problem.STALE: _stale, Problem.FAILED: _failed, Problem.OVERDUE: _overdue,
+    Problem.UNREADABLE: _unreadable,
+}
+
+
+def level(job: Job, problem: Problem, thresholds: Thresholds) -> PluginStatus:
+    """The plugin status one problem of the job earns under the thresholds."""
+    match problem.weight:
+        case Weight.CRITICAL:
+            return PluginStatus.CRITICAL
+        case Weight.FAILURES:
+            return thresholds.level(job.failures, "failures")
+        case Weight.MISSED:
+            return thresholds.level(job.due.missed if job.due else 0, "missed")
+        case Weight.UNKNOWN:
+            return PluginStatus.UNKNOWN
+
+
+def judge(job: Job, thresholds: Thresholds, now: datetime) -> Verdict:
     """The job's status under the thresholds."""
-    found: list[tuple[Status, str]] = []
-    if Problem.STALE in job.problems:
-        found.append((Status.CRITICAL, f"run {job.last_run_id} is marked running but its lock "
-                      f"expired {_ago(job.lock_expires_at, now)} (its holder vanished)"))
-    if Problem.FAILED in job.problems:
-        count = failures(job)
-        in_row = f", {count} in a row" if count > 1 else ""
-        exit_code = "" if job.last_exit_code is None else f" (exit {job.last_exit_code})"
-        found.append((thresholds.level(count, "failures"),
-                      f"last run {job.last_outcome}{exit_code}{in_row}, "
-                      f"{_ago(job.last_finished_at, now)}"))
-    if Problem.OVERDUE in job.problems and job.due is not None:
-        missed = job.due.missed
-        slots = "1 slot" if missed == 1 else f"{missed} slots"
-        found.append((thresholds.level(missed, "missed"),
-                      f"overdue: {slots} missed, the first due {_ago(job.due.due_at, now)} "
-                      f"(schedule '{job.schedule}', grace {format_duration(job.due.grace)})"))
-    if job.note is not None:
-        found.append((Status.UNKNOWN, job.note))
-    reasons = tuple(reason for status, reason in found if status is not Status.OK)
+    found = [(level(job, problem, thresholds), REASONS[problem](job, now))
+             for problem in job.problems]
+    reasons = tuple(reason for status, reason in found if status is not PluginStatus.OK)
     return Verdict(job, worst([status for status, _ in found]), reasons)
 
 
@@ -112,9 +145,9 @@ def evaluate(snapshot: Snapshot, thresholds: Thresholds, job: str | None = None)
         return unknown(f"no job named {job!r} has run")
     verdicts = tuple(judge(health, thresholds, snapshot.now) for health in snapshot.jobs)
     status = worst([v.status for v in verdicts])
-    counts = {problem: sum(problem in v.job.problems for v in verdicts)
-              for problem in (Problem.FAILED, Problem.OVERDUE, Problem.STALE)}
-    ok = sum(v.status is Status.OK for v in verdicts)
+    counted = sorted(problem for problem in Problem if problem.counted)
+    counts = {problem: sum(problem in v.job.problems for v in verdicts) for problem in counted}
+    ok = sum(v.status is PluginStatus.OK for v in verdicts)
     jobs = "1 job" if len(verdicts) == 1 else f"{len(verdicts)} jobs"
     parts = ", ".join(f"{n} {problem}" for problem, n in counts.items() if n)
     summary = f"{jobs}: {parts + ', ' if parts else ''}{ok} ok"
@@ -124,7 +157,7 @@ def evaluate(snapshot: Snapshot, thresholds: Thresholds, job: str | None = None)
 
 def unknown(reason: str) -> Report:
     """The report when the jobs could not be judged at all."""
-    return Report(Status.UNKNOWN, reason)
+    return Report(PluginStatus.UNKNOWN, reason)
 
 
 def render_text(report: Report) -> str:
@@ -133,10 +166,10 @@ def render_text(report: Report) -> str:
     lines = [f"PGLOCK {report.status.name} - {report.summary}"
              + (f" | {perfdata}" if perfdata else "")]
     for verdict in report.verdicts:
-        if verdict.status is Status.OK and report.only_job is None:
+        if verdict.status is PluginStatus.OK and report.only_job is None:
             continue
         reasons = "; ".join(verdict.reasons) or _healthy(verdict.job, report.now)
-        lines.append(f"{verdict.status.name}: {verdict.job.job}: {reasons}")
+        lines.append(f"{verdict.status.name}: {verdict.job.name}: {reasons}")
     return "\n".join(lines)
 
 
@@ -149,29 +182,34 @@ def render_json(report: Report) -> str:
 
 
 def _job_json(verdict: Verdict) -> dict[str, Any]:
-    job = verdict.job
-    due = job.due
+    job, due, last = verdict.job, verdict.job.due, verdict.job.last_run
     return {
-        "job": job.job, "status": verdict.status.name, "reasons": list(verdict.reasons),
-        "problems": [str(p) for p in job.problems], "schedule": job.schedule,
-        "timezone": job.timezone, "last_outcome": job.last_outcome,
-        "last_exit_code": job.last_exit_code, "consecutive_failures": failures(job),
+        "job": job.name, "status": verdict.status.name, "reasons": list(verdict.reasons),
+        "problems": [str(p) for p in job.problems], "state": str(job.state),
+        "schedule": job.schedule, "timezone": job.timezone,
+        "last_outcome": None if last is None else last.outcome,
+        "last_exit_code": None if last is None else last.exit_code,
+        "consecutive_failures": job.failures,
         "last_started_at": _iso(job.last_started_at),
-        "last_success_at": _iso(job.last_success_at), "running": job.running,
-        "held": job.held, "due_at": None if due is None else _iso(due.due_at),
+        "last_success_at": _iso(job.last_success_at), "running": job.run_open,
+        "held": job.held, "held_until": _iso(job.held_until),
+        "due_at": None if due is None else _iso(due.due_at),
         "next_fire": None if due is None else _iso(due.next_fire),
         "missed_slots": 0 if due is None else due.missed}
 
 
-def _healthy(job: JobHealth, now: datetime | None) -> str:
-    if job.running:
-        state = f"running on {job.lock_holder}"
-    elif job.last_outcome is None:
+def _healthy(job: Job, now: datetime | None) -> str:
+    last = job.last_run
+    if job.run_open and job.lock is not None:
+        state = f"running on {job.lock.holder}"
+    elif last is None:
         state = "no run has finished yet"
     else:
-        state = f"last run {job.last_outcome}"
+        state = f"last run {last.outcome}"
         if now is not None:
-            state += f" {_ago(job.last_finished_at, now)}"
+            state += f" {_ago(last.finished_at, now)}"
+    if job.held_until is not None:
+        state += f", lock held until {_iso(job.held_until)} (--min-hold)"
     if job.due is not None:
         state += f", next due {job.due.next_fire.isoformat()}"
     return state

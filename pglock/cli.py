@@ -2,19 +2,26 @@
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import socket
 import sys
 import traceback
 import warnings
-from typing import Annotated
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
 from pglock import __version__
 from pglock.durations import parse_duration, parse_size
-from pglock.errors import ExitStatus, Interrupted, PglockError
+from pglock.errors import ExitStatus, Interrupted, OutputFailed, PglockError
+
+if TYPE_CHECKING:
+    from typing import Any
+
+    import psycopg
 
 # The variable a shell's completion script sets when it asks pglock for candidates.
 COMPLETE_VAR = "_PGLOCK_COMPLETE"
@@ -69,30 +76,45 @@ def _configure_output(verbose: bool, quiet: bool) -> None:
     own = logging.getLogger("pglock")
     handler = logging.StreamHandler(sys.stderr)
     handler.setFormatter(logging.Formatter("pglock: %(message)s"))
-    if verbose:
-        root.addHandler(handler)
-        root.setLevel(logging.DEBUG)
-        return
-    warnings.simplefilter("ignore")
-    root.addHandler(logging.NullHandler())
-    own.addHandler(handler)
-    own.propagate = False
-    own.setLevel(logging.CRITICAL + 1 if quiet else logging.WARNING)
+    # Configured anew on each call: main() may run many times in one process (tests).
+    root.handlers = [handler] if verbose else [logging.NullHandler()]
+    root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    own.handlers = [] if verbose else [handler]
+    own.propagate = verbose
+    own.setLevel(logging.NOTSET if verbose else logging.CRITICAL + 1 if quiet else logging.WARNING)
+    if not verbose:
+        warnings.simplefilter("ignore")
 
 
 def _optional_duration(text: str | None, option: str) -> float | None:
     return None if text is None else parse_duration(text, option=option)
 
 
-def _fail(error: PglockError) -> int:
-    log = logging.getLogger("pglock")
-    if log.isEnabledFor(logging.DEBUG):
-        traceback.print_exception(error)
-    log.error("%s", error)
-    return int(error.exit_status)
+@contextlib.contextmanager
+def connected(dsn: str | None, schema: str | None, connect_timeout: str,
+              command: str) -> Iterator[tuple[psycopg.Connection[Any], str, str]]:
+    """How every command but `run` opens the database: (connection, the database's name
+    for humans, schema name); a database error inside becomes one line."""
+    from pglock import config, database
+
+    name = config.configured_schema(schema)
+    timeout = parse_duration(connect_timeout, option="--connect-timeout")
+    target = config.resolve_target(dsn)
+    with database.session(target, application_name=f"pglock {command}", timeout=timeout) as (
+            conn, place), database.translated(f"{command} failed"):
+        yield conn, place, name
 
 
-@app.command(context_settings={"allow_interspersed_args": False})
+def say(text: str) -> None:
+    """A line on standard output (render.write: a closed or full stdout is an OutputFailed)."""
+    from pglock.render import write
+
+    write(text + "\n")
+
+
+# -h works for `run` too: it is built alone, without the app's context settings.
+@app.command(context_settings={"allow_interspersed_args": False,
+                               "help_option_names": ["-h", "--help"]})
 def run(
     command: Annotated[list[str] | None, typer.Argument(
         metavar="-- COMMAND [ARG]...", show_default=False,
@@ -155,30 +177,26 @@ def run(
     from pglock import config, database
     from pglock.run import RunOptions, execute
 
-    try:
-        options = RunOptions(
-            job=job, command=command or [], schema=config.configured_schema(schema), mode=mode,
-            ttl=parse_duration(ttl, option="--ttl"),
-            wait=parse_duration(wait, option="--wait"),
-            jitter=parse_duration(jitter, option="--jitter"),
-            min_hold=parse_duration(min_hold, option="--min-hold"),
-            max_runtime=_optional_duration(max_runtime, "--max-runtime"),
-            kill_after=parse_duration(kill_after, option="--kill-after"),
-            on_lost=on_lost, conflict_exit_code=conflict_exit_code,
-            holder=holder or socket.gethostname(),
-            connect_timeout=parse_duration(connect_timeout, option="--connect-timeout"),
-            schedule=schedule, tz=tz,
-            deadline=_optional_duration(deadline, "--deadline"),
-            grace=_optional_duration(grace, "--grace"),
-            output_tail=parse_size(output_tail, option="--output-tail"),
-            output_on_failure=output_on_failure)
-        options.validate()
-        with database.opened(config.resolve_target(dsn)) as conninfo:
-            return execute(options, conninfo)
-    except Interrupted as interrupted:
-        return 128 + interrupted.signum
-    except PglockError as error:
-        return _fail(error)
+    options = RunOptions(
+        job=job, command=command or [], schema=config.configured_schema(schema), mode=mode,
+        ttl=parse_duration(ttl, option="--ttl"),
+        wait=parse_duration(wait, option="--wait"),
+        jitter=parse_duration(jitter, option="--jitter"),
+        min_hold=parse_duration(min_hold, option="--min-hold"),
+        max_runtime=_optional_duration(max_runtime, "--max-runtime"),
+        kill_after=parse_duration(kill_after, option="--kill-after"),
+        on_lost=on_lost, conflict_exit_code=conflict_exit_code,
+        holder=holder or socket.gethostname(),
+        connect_timeout=parse_duration(connect_timeout, option="--connect-timeout"),
+        schedule=schedule, tz=tz,
+        deadline=_optional_duration(deadline, "--deadline"),
+        grace=_optional_duration(grace, "--grace"),
+        output_tail=parse_size(output_tail, option="--output-tail"),
+        output_on_failure=output_on_failure)
+    # execute() validates the options before it touches the database (or the embedded
+    # server this joins): once.
+    with database.opened(config.resolve_target(dsn)) as conninfo:
+        return execute(options, conninfo)
 
 
 @app.command()
@@ -196,28 +214,22 @@ def init(
     Example: pglock init --print-sql | psql -d app
     """
     _configure_output(verbose, quiet)
-    from pglock import config, database
+    from pglock import config
     from pglock import schema as schema_module
 
-    try:
-        name = config.configured_schema(schema)
-        if print_sql:
-            print(schema_module.ddl(name).as_string(None))
-            return 0
-        timeout = parse_duration(connect_timeout, option="--connect-timeout")
-        with database.session(config.resolve_target(dsn), application_name="pglock init",
-                              timeout=timeout) as (conn, place):
-            schema_module.ensure(conn, name)
-        if not quiet:
-            print(f"schema {name!r} is ready (version {schema_module.VERSION}) on {place}")
+    if print_sql:
+        say(schema_module.ddl(config.configured_schema(schema)).as_string(None))
         return 0
-    except PglockError as error:
-        return _fail(error)
+    with connected(dsn, schema, connect_timeout, "init") as (conn, place, name):
+        schema_module.ensure(conn, name)
+    if not quiet:
+        say(f"schema {name!r} is ready (version {schema_module.VERSION}) on {place}")
+    return 0
 
 
 def _version(value: bool) -> None:
     if value:
-        print(f"pglock {__version__}")
+        say(f"pglock {__version__}")
         raise typer.Exit()
 
 
@@ -252,10 +264,13 @@ def _parser(args: list[str]) -> tuple[typer.core.TyperCommand | typer.core.Typer
     return typer.main.get_command(full_app()), args, "pglock"  # type: ignore[return-value]
 
 
-def main(argv: list[str] | None = None) -> int:
-    """Entry point: one line on stderr for bad input, never a traceback."""
-    from typer import _click
+USAGE = ("usage: pglock COMMAND [OPTIONS] (run, init, status, history, clear, prune, check, "
+         "metrics); see 'pglock --help'")
 
+
+def main(argv: list[str] | None = None) -> int:
+    """Entry point and the one error boundary: one line on stderr for bad input and for
+    pglock's own failures, never a traceback (but with -v), and the documented exit code."""
     if os.environ.get(COMPLETE_VAR):
         # add_completion=False keeps --install-completion out of every --help; the classes
         # that answer a shell's tab key are registered only when a shell asks.
@@ -263,29 +278,98 @@ def main(argv: list[str] | None = None) -> int:
 
         completion_init()
     args = sys.argv[1:] if argv is None else argv
-    command, args, prog_name = _parser(args)
-    try:
-        code = command.main(args=args, prog_name=prog_name, standalone_mode=False)
-    except _click.exceptions.UsageError as error:
-        where = error.ctx.command_path if error.ctx else "pglock"
-        print(f"pglock: {error.format_message()} (see '{where} --help')", file=sys.stderr)
-        code = ExitStatus.USAGE
-        if error.ctx is not None and error.ctx.command.name == "check":
-            # A monitoring system reads a plugin's bad arguments as UNKNOWN, from stdout.
-            print(f"PGLOCK UNKNOWN - {error.format_message()}")
-            code = 3
-    except _click.exceptions.ClickException as error:
-        print(f"pglock: {error.format_message()}", file=sys.stderr)
-        code = ExitStatus.USAGE
-    except typer.Abort:
-        code = 128 + 2
-    except Exception as error:
-        # A bug of ours: still one line (cron mails it), the traceback only with -v.
-        if logging.getLogger().isEnabledFor(logging.DEBUG):
-            traceback.print_exception(error)
-        print(f"pglock: internal error: {error!r} (-v shows the traceback)", file=sys.stderr)
-        code = ExitStatus.INTERNAL
+    if not args and not os.environ.get(COMPLETE_VAR):
+        print(USAGE, file=sys.stderr)
+        code: int = ExitStatus.USAGE
+    else:
+        code = _invoke(args)
     if argv is not None:
-        return int(code or 0)
-    sys.exit(code or 0)
+        return code
+    sys.exit(code)
 
+
+def _invoke(args: list[str]) -> int:
+    """Run the command `args` name; its exit code, whatever it raised."""
+    from typer import _click
+
+    command, rest, prog_name = _parser(args)
+    checking = args[:1] == ["check"]
+    try:
+        code = command.main(args=rest, prog_name=prog_name, standalone_mode=False)
+        return int(code or 0)
+    except _click.exceptions.UsageError as error:
+        return _usage_error(error.format_message(), args,
+                            error.ctx.command_path if error.ctx else "pglock")
+    except _click.exceptions.ClickException as error:
+        return _usage_error(error.format_message(), args, None)
+    except typer.Abort:
+        return ExitStatus.SIGNALLED + 2
+    except Interrupted as interrupted:
+        # Nothing ran: the signal's code, as if it had ended us, and nothing to say.
+        return interrupted.exit_code
+    except OutputFailed as error:
+        return _output_failed(error, checking)
+    except PglockError as error:
+        _say_error(str(error), error)
+        return _plugin_code(int(error.exit_status), checking)
+    except Exception as error:
+        # A bug of ours: one fixed line (cron mails it). Never the exception's text: it can
+        # carry a DSN with its password. The traceback only with -v.
+        _say_error(f"internal error: {type(error).__name__} (-v shows the traceback)", error)
+        if checking:
+            with contextlib.suppress(OSError):
+                say(f"PGLOCK UNKNOWN - internal error: {type(error).__name__}")
+        return _plugin_code(ExitStatus.INTERNAL, checking)
+
+
+def _say_error(line: str, error: BaseException) -> None:
+    """The one line of an error, through pglock's logger (so -q silences it)."""
+    if logging.getLogger().isEnabledFor(logging.DEBUG):
+        traceback.print_exception(error)
+    log = logging.getLogger("pglock")
+    if log.handlers or (log.propagate and logging.getLogger().handlers):
+        log.error("%s", line)
+    else:
+        # Before any command configured the output.
+        print(f"pglock: {line}", file=sys.stderr)
+
+
+def _plugin_code(code: int, checking: bool) -> int:
+    """`check` answers a monitoring system: whatever happened, 0-3 (3 is UNKNOWN)."""
+    return 3 if checking and not 0 <= code <= 3 else code
+
+
+def _usage_error(message: str, args: list[str], where: str | None) -> int:
+    """A command line click refused: one line, unless -q; `check` still answers UNKNOWN on
+    stdout (in JSON with --json), as a monitoring system reads a plugin's bad arguments."""
+    if not _quiet(args):
+        hint = f" (see '{where} --help')" if where else ""
+        print(f"pglock: {message}{hint}", file=sys.stderr)
+    if args[:1] != ["check"]:
+        return ExitStatus.USAGE
+    from pglock import check
+
+    report = check.unknown(message)
+    with contextlib.suppress(OSError):
+        say(check.render_json(report) if "--json" in args else check.render_text(report))
+    return int(report.status)
+
+
+def _output_failed(error: OutputFailed, checking: bool) -> int:
+    """A closed pipe ends pglock quietly, as it would end a C tool; a full disk is said."""
+    # What is still buffered must not fail again at exit, with Python's own message.
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    if not error.closed:
+        _say_error(str(error), error)
+    return _plugin_code(int(error.exit_status), checking)
+
+
+def _quiet(args: list[str]) -> bool:
+    """Whether -q (or PGLOCK_QUIET) was asked for, on a command line that did not parse."""
+    own = args[: args.index("--")] if "--" in args else args
+    if "-q" in own or "--quiet" in own:
+        return True
+    return os.environ.get("PGLOCK_QUIET", "").strip().lower() in ("1", "true", "yes", "on")

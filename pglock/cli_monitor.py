@@ -1,4 +1,4 @@
-"""The monitoring commands, `check` and `metrics`: read every job's health once, print it."""
+"""The monitoring commands, `check` and `metrics`: read every job once, print it."""
 
 from __future__ import annotations
 
@@ -7,15 +7,23 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pglock.cli import ConnectTimeout, Dsn, Quiet, Schema, Verbose, _configure_output, _fail, app
-from pglock.durations import parse_duration
+from pglock.cli import (
+    ConnectTimeout,
+    Dsn,
+    JobFilter,
+    Json,
+    Quiet,
+    Schema,
+    Verbose,
+    _configure_output,
+    app,
+    connected,
+    say,
+)
 from pglock.errors import PglockError
 
 if TYPE_CHECKING:
-    from pglock.monitor import Snapshot
-
-JobFilter = Annotated[str | None, typer.Option(
-    "--job", "-j", show_default=False, help="Only this job.")]
+    from pglock.jobs import Snapshot
 
 
 def _threshold(name: str, what: str) -> Any:
@@ -25,16 +33,12 @@ def _threshold(name: str, what: str) -> Any:
 
 def _snapshot(dsn: str | None, schema: str | None, connect_timeout: str, job: str | None,
               command: str) -> Snapshot:
-    from pglock import config, database, monitor
+    from pglock import config, jobs
 
-    name = config.configured_schema(schema)
     if job is not None:
         config.check_job(job)
-    timeout = parse_duration(connect_timeout, option="--connect-timeout")
-    with database.opened(config.resolve_target(dsn)) as conninfo, database.connect(
-            conninfo, application_name=f"pglock {command}", timeout=timeout) as conn, \
-            database.translated(f"cannot read the jobs of schema {name!r}"):
-        return monitor.read_health(conn, name, job)
+    with connected(dsn, schema, connect_timeout, command) as (conn, _, name):
+        return jobs.read(conn, name, job)
 
 
 @app.command()
@@ -48,7 +52,7 @@ def check(
         "missed-warning", "WARNING at this many missed slots")] = 1,
     missed_critical: Annotated[int, _threshold(
         "missed-critical", "CRITICAL at this many missed slots")] = 2,
-    json_output: Annotated[bool, typer.Option("--json", help="Print JSON.")] = False,
+    json_output: Json = False,
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: ConnectTimeout = "10s",
@@ -58,7 +62,8 @@ def check(
     """Judge the jobs for a monitoring system: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
 
     CRITICAL: a lock expired while its run is still marked running. Failed runs in a row
-    and missed slots of a schedule are WARNING or CRITICAL by the thresholds.
+    and missed slots of a schedule are WARNING or CRITICAL by the thresholds. Whatever
+    goes wrong (bad options, no database, a schema it cannot read) is UNKNOWN, exit 3.
 
     Example: pglock check --job nightly-backup --missed-critical 3
     """
@@ -72,9 +77,10 @@ def check(
         report = checks.evaluate(_snapshot(dsn, schema, connect_timeout, job, "check"),
                                  thresholds, job)
     except PglockError as error:
+        # Not an error exit: a plugin answers UNKNOWN on stdout, the reason on stderr too.
         logging.getLogger("pglock").error("%s", error)
         report = checks.unknown(str(error))
-    print(checks.render_json(report) if json_output else checks.render_text(report))
+    say(checks.render_json(report) if json_output else checks.render_text(report))
     return int(report.status)
 
 
@@ -89,6 +95,9 @@ def metrics(
 ) -> int:
     """Print every job's state in the Prometheus text format.
 
+    A database it cannot reach, or a schema it cannot read, prints nothing on stdout and
+    exits 125: the `&& mv` below then leaves the last file in place (alert on its age).
+
     For node_exporter's textfile collector, write to a temporary file and rename it.
 
     Example: pglock metrics > /var/lib/node_exporter/pglock.prom.tmp &&
@@ -96,10 +105,7 @@ def metrics(
     """
     _configure_output(verbose, quiet)
     from pglock import metrics as exposition
+    from pglock.render import write
 
-    try:
-        snapshot = _snapshot(dsn, schema, connect_timeout, job, "metrics")
-    except PglockError as error:
-        return _fail(error)
-    print(exposition.render(snapshot), end="")
+    write(exposition.render(_snapshot(dsn, schema, connect_timeout, job, "metrics")))
     return 0

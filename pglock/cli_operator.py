@@ -6,9 +6,7 @@ Each one parses, calls the core, hands the result to screens/render, returns an 
 from __future__ import annotations
 
 import sys
-from collections.abc import Iterator
-from contextlib import contextmanager
-from typing import TYPE_CHECKING, Annotated, Any
+from typing import Annotated
 
 import typer
 
@@ -22,32 +20,16 @@ from pglock.cli import (
     Schema,
     Verbose,
     _configure_output,
-    _fail,
     app,
+    connected,
+    say,
 )
 from pglock.config import check_job
 from pglock.durations import parse_duration
-from pglock.errors import NothingDone, PglockError, UsageError
-
-if TYPE_CHECKING:
-    import psycopg
+from pglock.errors import NothingDone, UsageError
 
 Yes = Annotated[bool, typer.Option(
     "--yes", "-y", help="Do not ask; needed when not on a terminal.")]
-
-
-@contextmanager
-def _database(dsn: str | None, schema: str | None, connect_timeout: str,
-              command: str) -> Iterator[tuple[psycopg.Connection[Any], str, str]]:
-    """(connection, the database's name for humans, schema name); errors in one line."""
-    from pglock import config, database
-
-    name = config.configured_schema(schema)
-    timeout = parse_duration(connect_timeout, option="--connect-timeout")
-    target = config.resolve_target(dsn)
-    with database.session(target, application_name=f"pglock {command}", timeout=timeout) as (
-            conn, place), database.translated(f"{command} failed"):
-        yield conn, place, name
 
 
 def _confirm(yes: bool, situation: str, action: str) -> None:
@@ -63,7 +45,7 @@ def _confirm(yes: bool, situation: str, action: str) -> None:
 
 def _say(text: str, quiet: bool) -> None:
     if not quiet:
-        print(text)
+        say(text)
 
 
 @app.command()
@@ -89,26 +71,23 @@ def status(
     from pglock import render, screens
     from pglock import status as core
 
-    try:
-        every = parse_duration(interval, option="--interval")
-        if as_json and watch:
-            raise UsageError("--json and --watch do not go together")
-        with _database(dsn, schema, connect_timeout, "status") as (conn, place, name):
-            if as_json:
-                render.show_json(screens.status_json(core.read(conn, name, job), place, name))
-                return 0
-            terminal = render.on_terminal()
-
-            def build() -> render.Screen:
-                return screens.status_screen(core.read(conn, name, job), place, name,
-                                             terminal=terminal)
-
-            if watch:
-                return render.watch(build, every)
-            render.show(build())
+    every = parse_duration(interval, option="--interval")
+    if as_json and watch:
+        raise UsageError("--json and --watch do not go together")
+    with connected(dsn, schema, connect_timeout, "status") as (conn, place, name):
+        if as_json:
+            render.show_json(screens.status_json(core.read(conn, name, job), place, name))
             return 0
-    except PglockError as error:
-        return _fail(error)
+        terminal = render.on_terminal()
+
+        def build() -> render.Screen:
+            return screens.status_screen(core.read(conn, name, job), place, name,
+                                         terminal=terminal)
+
+        if watch:
+            return render.watch(build, every)
+        render.show(build())
+        return 0
 
 
 @app.command()
@@ -137,20 +116,17 @@ def history(
     _configure_output(verbose, quiet)
     from pglock import render, report, screens
 
-    try:
-        filters = report.Filters(
-            job=None if job is None else check_job(job), outcome=outcome, host=host, limit=limit,
-            since=None if since is None else parse_duration(since, option="--since"))
-        filters.validate()
-        with _database(dsn, schema, connect_timeout, "history") as (conn, place, name):
-            found = report.read(conn, name, filters, outputs=output)
-        if as_json:
-            render.show_json(screens.history_json(found, place, name))
-        else:
-            render.show(screens.history_screen(found, place, name))
-        return 0
-    except PglockError as error:
-        return _fail(error)
+    filters = report.Filters(
+        job=None if job is None else check_job(job), outcome=outcome, host=host, limit=limit,
+        since=None if since is None else parse_duration(since, option="--since"))
+    filters.validate()
+    with connected(dsn, schema, connect_timeout, "history") as (conn, place, name):
+        found = report.read(conn, name, filters, outputs=output)
+    if as_json:
+        render.show_json(screens.history_json(found, place, name))
+    else:
+        render.show(screens.history_screen(found, place, name))
+    return 0
 
 
 @app.command()
@@ -176,30 +152,28 @@ def clear(
     _configure_output(verbose, quiet)
     from pglock import admin, screens
     from pglock import status as core
+    from pglock.jobs import State
 
-    try:
-        with _database(dsn, schema, connect_timeout, "clear") as (conn, _, name):
-            shown = core.one(conn, name, check_job(job))
-            # An overdue job may still be held: its lock's own state decides.
-            held_states = (core.State.RUNNING, core.State.CLEARED)
-            held = shown is not None and shown.lock_state in held_states
-            if shown is None or not held:
-                _say(screens.nobody_line(job, shown), quiet)
-                return 0
-            if shown.lock_state is core.State.CLEARED and not now:
-                _say(screens.holder_line(shown) + " (--now frees it at once)", quiet)
-                return 0
-            _confirm(yes, screens.holder_line(shown), "clear it")
-            done = admin.clear(conn, name, shown, reason=reason, now=now, by=admin.operator())
-            if done is None:
-                raise NothingDone(f"the lock of job {job!r} was released or changed hands "
-                                  "meanwhile; nothing cleared (see pglock status)")
-            _say(screens.cleared_line(done), quiet)
-            if terminate:
-                _say(admin.terminate(conn, done.lock), quiet)
-        return 0
-    except PglockError as error:
-        return _fail(error)
+    with connected(dsn, schema, connect_timeout, "clear") as (conn, _, name):
+        shown = core.one(conn, name, check_job(job))
+        # An overdue job may still be held: its lock's own state decides.
+        held_states = (State.RUNNING, State.CLEARED)
+        held = shown is not None and shown.lock_state in held_states
+        if shown is None or not held:
+            _say(screens.nobody_line(job, shown), quiet)
+            return 0
+        if shown.lock_state is State.CLEARED and not now:
+            _say(screens.holder_line(shown) + " (--now frees it at once)", quiet)
+            return 0
+        _confirm(yes, screens.holder_line(shown), "clear it")
+        done = admin.clear(conn, name, shown, reason=reason, now=now, by=admin.operator())
+        if done is None:
+            raise NothingDone(f"the lock of job {job!r} was released or changed hands "
+                              "meanwhile; nothing cleared (see pglock status)")
+        _say(screens.cleared_line(done), quiet)
+        if terminate:
+            _say(admin.terminate(conn, done.lock), quiet)
+    return 0
 
 
 @app.command()
@@ -222,14 +196,11 @@ def prune(
     from pglock.durations import format_duration
     from pglock.render import when
 
-    try:
-        seconds = parse_duration(older_than, option="--older-than")
-        with _database(dsn, schema, connect_timeout, "prune") as (conn, place, name):
-            _confirm(yes, f"this deletes the runs that finished more than "
-                          f"{format_duration(seconds)} ago from {place} (schema {name})",
-                     "delete them")
-            deleted, cutoff = admin.prune(conn, name, seconds)
-        _say(f"deleted {deleted} runs that finished before {when(cutoff, zone=True)}", quiet)
-        return 0
-    except PglockError as error:
-        return _fail(error)
+    seconds = parse_duration(older_than, option="--older-than")
+    with connected(dsn, schema, connect_timeout, "prune") as (conn, place, name):
+        _confirm(yes, f"this deletes the runs that finished more than "
+                      f"{format_duration(seconds)} ago from {place} (schema {name})",
+                 "delete them")
+        deleted, cutoff = admin.prune(conn, name, seconds)
+    _say(f"deleted {deleted} runs that finished before {when(cutoff, zone=True)}", quiet)
+    return 0

@@ -3,26 +3,51 @@
 from __future__ import annotations
 
 import enum
+import errno
+
+# The commands that can return an exit status (check answers in PluginStatus instead).
+RUN = frozenset({"run"})
+REPORTS = frozenset({"status", "history", "clear"})
+EVERY = frozenset({"run", "init", "status", "history", "clear", "prune", "metrics"})
 
 
 class ExitStatus(enum.IntEnum):
-    """Exit codes of pglock itself (a command that ran passes its own through)."""
+    """Exit codes of pglock itself, each with its meaning and the commands that return it:
+    the one source of the README's table and every man page's EXIT STATUS section."""
 
-    OK = 0
-    # A monitoring-style "not OK" from commands that report, never from `run`.
-    FAILURE = 1
-    # Bad command line: unknown option, malformed duration, bad job name.
-    USAGE = 2
-    # Not run: the lock is held elsewhere, the slot already ran, or past --deadline.
-    CONFLICT = 75
-    # Stopped by --max-runtime, as timeout(1) does.
-    TIMED_OUT = 124
-    # pglock itself failed: database unreachable, bad configuration, lock lost.
-    INTERNAL = 125
-    # The command exists but could not be executed.
-    CANNOT_EXECUTE = 126
-    # The command was not found.
-    NOT_FOUND = 127
+    meaning: str
+    commands: frozenset[str]
+
+    def __new__(cls, code: int, meaning: str, commands: frozenset[str]) -> ExitStatus:
+        member = int.__new__(cls, code)
+        member._value_ = code
+        member.meaning = meaning
+        member.commands = commands
+        return member
+
+    OK = (0, "success; for run, the command's own exit code is passed through", EVERY)
+    FAILURE = (1, "not done: status or history --job name a job that never ran here; clear "
+                  "was not confirmed, or the lock changed hands meanwhile", REPORTS)
+    USAGE = (2, "usage error: bad option, duration, size or job name; no command given",
+             EVERY)
+    CONFLICT = (75, "not run: the lock is held elsewhere, the slot already ran, or past "
+                    "--deadline (see --conflict-exit-code)", RUN)
+    TIMED_OUT = (124, "the command was stopped by --max-runtime, as timeout(1) does", RUN)
+    INTERNAL = (125, "pglock itself failed: database unreachable, a schema it cannot use, "
+                     "bad configuration, lock lost, output that cannot be written", EVERY)
+    CANNOT_EXECUTE = (126, "the command exists but could not be executed", RUN)
+    NOT_FOUND = (127, "the command was not found", RUN)
+    # 128+N: the signal's number is added, as a shell reports a process it killed.
+    SIGNALLED = (128, "killed by signal N: run's command was (or pglock was, before the "
+                      "command started); 130 is Ctrl-C", EVERY)
+    # 141 = 128+SIGPIPE, what a shell reports for a C tool whose pipe closed.
+    OUTPUT_CLOSED = (141, "standard output was closed early (a pager or head(1) quit): "
+                          "pglock stops quietly", EVERY - RUN)
+
+    @property
+    def label(self) -> str:
+        """How the docs write the code: `128+N` for the family of signals."""
+        return "128+N" if self is ExitStatus.SIGNALLED else str(int(self))
 
 
 class PglockError(Exception):
@@ -67,3 +92,16 @@ class Interrupted(PglockError):
     def __init__(self, signum: int) -> None:
         super().__init__(f"interrupted by signal {signum} before the command started")
         self.signum = signum
+
+    @property
+    def exit_code(self) -> int:
+        return ExitStatus.SIGNALLED + self.signum
+
+
+class OutputFailed(PglockError):
+    """Standard output cannot be written: closed by its reader (EPIPE), or a full disk."""
+
+    def __init__(self, error: OSError) -> None:
+        super().__init__(f"cannot write to standard output: {error.strerror or error}")
+        self.closed = error.errno == errno.EPIPE
+        self.exit_status = ExitStatus.OUTPUT_CLOSED if self.closed else ExitStatus.INTERNAL

@@ -11,7 +11,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 
-from pglock.monitor import FINISHED, JobHealth, Problem, Snapshot
+from pglock.jobs import FINISHED, Job, Problem, Snapshot
 
 
 @dataclass(frozen=True)
@@ -21,7 +21,7 @@ class Family:
     name: str
     kind: str
     help: str
-    value: Callable[[JobHealth], float | None]
+    value: Callable[[Job], float | None]
 
 
 def _stamp(moment: datetime | None) -> float | None:
@@ -37,10 +37,12 @@ FAMILIES = (
            "When the job's last run started (Unix time).",
            lambda j: _stamp(j.last_started_at)),
     Family("pglock_job_last_duration_seconds", "gauge",
-           "How long the job's last finished run took.", lambda j: j.last_duration),
+           "How long the job's last finished run took.",
+           lambda j: j.last_run.duration if j.last_run else None),
     Family("pglock_job_last_exit_code", "gauge",
            "Exit status of the job's last finished run (128+N: killed by signal N).",
-           lambda j: None if j.last_exit_code is None else float(j.last_exit_code)),
+           lambda j: None if j.last_run is None or j.last_run.exit_code is None
+           else float(j.last_run.exit_code)),
     Family("pglock_job_last_success_timestamp_seconds", "gauge",
            "When the job's last successful run finished (Unix time).",
            lambda j: _stamp(j.last_success_at)),
@@ -48,9 +50,10 @@ FAMILIES = (
            "Finished runs since the job's last success.",
            lambda j: float(j.consecutive_failures)),
     Family("pglock_job_held", "gauge",
-           "1 while the job's lock is held.", lambda j: _flag(j.held)),
+           "1 while the job's lock is held (by a run, a clear's lock-delay, or --min-hold).",
+           lambda j: _flag(j.held)),
     Family("pglock_job_running", "gauge",
-           "1 while the job's last run is marked running.", lambda j: _flag(j.running)),
+           "1 while the job's last run is marked running.", lambda j: _flag(j.run_open)),
     Family("pglock_job_stale", "gauge",
            "1 when the last run is marked running but its lock expired (holder vanished).",
            lambda j: _flag(Problem.STALE in j.problems)),
@@ -91,12 +94,12 @@ def render(snapshot: Snapshot) -> str:
         for job in snapshot.jobs:
             value = family.value(job)
             if value is not None:
-                lines.append(f'{family.name}{{job="{escape_label(job.job)}"}} {_number(value)}')
+                lines.append(f'{family.name}{{job="{escape_label(job.name)}"}} {_number(value)}')
     lines.extend(_header(RUNS))
     for job in snapshot.jobs:
         # Every outcome from zero, so that rate() and increase() see the first one.
         for outcome in FINISHED:
-            count = job.outcome_counts.get(outcome, 0)
-            lines.append(f'{RUNS.name}{{job="{escape_label(job.job)}",outcome="{outcome}"}} '
+            count = job.counts.get(outcome, 0)
+            lines.append(f'{RUNS.name}{{job="{escape_label(job.name)}",outcome="{outcome}"}} '
                          f"{count}")
     return "\n".join(lines) + "\n"

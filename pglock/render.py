@@ -6,16 +6,17 @@ never pays for it. Plain text carries no escape sequence: it lands in mail and i
 
 from __future__ import annotations
 
+import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
 from pglock.durations import format_duration
-from pglock.errors import PglockError
+from pglock.errors import OutputFailed, PglockError
 
 NONE = "-"
 NOTE_WIDTH = 70
@@ -59,15 +60,30 @@ def show(screen: Screen) -> None:
         from rich.console import Console
 
         console = Console(highlight=False)
-        console.print(renderable(screen, console.width))
+        with _writing():
+            console.print(renderable(screen, console.width))
     else:
-        sys.stdout.write(plain(screen))
-        sys.stdout.flush()
+        write(plain(screen))
 
 
 def show_json(document: dict[str, Any]) -> None:
-    sys.stdout.write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
-    sys.stdout.flush()
+    write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+
+
+def write(text: str) -> None:
+    """Write to standard output now; OutputFailed if its reader went away or the disk is
+    full (the CLI says so in one line, or nothing for a closed pipe)."""
+    with _writing():
+        sys.stdout.write(text)
+        sys.stdout.flush()
+
+
+@contextlib.contextmanager
+def _writing() -> Iterator[None]:
+    try:
+        yield
+    except OSError as error:
+        raise OutputFailed(error) from error
 
 
 def plain(screen: Screen) -> str:

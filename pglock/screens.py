@@ -9,10 +9,11 @@ from typing import Any
 
 from pglock.admin import Cleared
 from pglock.durations import format_duration
+from pglock.jobs import Job, Lock, State
 from pglock.render import NONE, Grid, Screen, ago, clip, header, iso, took, when
 from pglock.report import History, RunRow, Summary
 from pglock.schedule import MISSED_LIMIT
-from pglock.status import JobStatus, Lock, State, Status
+from pglock.status import Status
 
 # On a terminal the state carries a glyph, so that it reads without colour (NO_COLOR).
 STATE_LOOK = {
@@ -21,6 +22,7 @@ STATE_LOOK = {
     State.OVERDUE: ("@ overdue", "yellow"),
     State.CLEARED: ("~ cleared", "magenta"),
     State.RUNNING: ("> running", "green"),
+    State.HELD: ("= held", "cyan"),
     State.IDLE: ("  idle", "dim"),
 }
 SEVERITY = {state: rank for rank, state in enumerate(State)}
@@ -41,7 +43,7 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
         screen.parts.append("no job has run here yet")
         return screen
     grid = Grid(STATUS_HEADERS, styled_column=1, optional=STATUS_OPTIONAL)
-    for job in sorted(report.jobs, key=lambda j: (SEVERITY[j.state], j.job)):
+    for job in sorted(report.jobs, key=lambda j: (SEVERITY[j.state], j.name)):
         label, style = STATE_LOOK[job.state]
         grid.add(status_cells(job, label if terminal else str(job.state)), style)
     screen.parts.append(grid)
@@ -56,16 +58,16 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
     if report.job is not None and report.jobs[0].schedule is not None:
         screen.parts.append(schedule_line(report.jobs[0]))
     if len(report.jobs) == 1 and report.runs:
-        screen.parts.append(f"\nrecent runs of {report.jobs[0].job}:")
+        screen.parts.append(f"\nrecent runs of {report.jobs[0].name}:")
         screen.parts.append(runs_grid(report.runs, report.now, with_job=False))
     return screen
 
 
-def status_cells(job: JobStatus, state: str) -> list[str]:
+def status_cells(job: Job, state: str) -> list[str]:
     lock, last = job.holding, job.last_run
     running_for = job.running_for
     return [
-        job.job, state,
+        job.name, state,
         f"{lock.holder}:{lock.holder_pid}" if lock else NONE,
         lock.mode if lock else NONE,
         took(running_for) if running_for is not None else NONE,
@@ -79,16 +81,18 @@ def status_cells(job: JobStatus, state: str) -> list[str]:
     ]
 
 
-def expiry(job: JobStatus, lock: Lock) -> str:
+def expiry(job: Job, lock: Lock) -> str:
     left = -(job.seconds_since(lock.expires_at) or 0.0)
     if job.lock_state is State.STALE:
         return f"expired {format_duration(-left)} ago"
     if job.lock_state is State.CLEARED:
         return f"free in {format_duration(left)}"
+    if job.held_until is not None:
+        return f"held until {job.held_until.astimezone():%H:%M:%S} (min-hold)"
     return format_duration(left)
 
 
-def next_due(job: JobStatus) -> str:
+def next_due(job: Job) -> str:
     """When cron next starts the job, and the slots it missed: `in 4m00s, 3 missed`."""
     due = job.due
     if due is None:
@@ -110,7 +114,7 @@ def slots(count: int) -> str:
     return f"{count}{'+' if count >= MISSED_LIMIT else ''}"
 
 
-def schedule_line(job: JobStatus) -> str:
+def schedule_line(job: Job) -> str:
     """The schedule of the one job shown, and where it stands against it."""
     text = f"\nschedule '{job.schedule}' ({job.timezone})"
     due = job.due
@@ -135,7 +139,7 @@ def status_json(report: Status, place: str, schema: str) -> dict[str, Any]:
     return document
 
 
-def job_json(job: JobStatus) -> dict[str, Any]:
+def job_json(job: Job) -> dict[str, Any]:
     lock, last = job.holding, job.last_run
     holder: dict[str, Any] | None = None
     if lock is not None:
@@ -145,9 +149,10 @@ def job_json(job: JobStatus) -> dict[str, Any]:
                   "running_for": job.running_for,
                   "expires_at": iso(lock.expires_at),
                   "expires_in": -(job.seconds_since(lock.expires_at) or 0.0),
-                  "cleared_at": iso(lock.cleared_at), "cleared_by": lock.cleared_by}
+                  "cleared_at": iso(lock.cleared_at), "cleared_by": lock.cleared_by,
+                  "released_at": iso(lock.released_at)}
     return {
-        "job": job.job, "state": str(job.state), "holder": holder,
+        "job": job.name, "state": str(job.state), "holder": holder,
         "last_run": None if last is None else {
             "id": last.id, "outcome": last.outcome, "exit_code": last.exit_code,
             "finished_at": iso(last.finished_at), "duration": last.duration},
@@ -157,7 +162,7 @@ def job_json(job: JobStatus) -> dict[str, Any]:
     }
 
 
-def schedule_json(job: JobStatus) -> dict[str, Any] | None:
+def schedule_json(job: Job) -> dict[str, Any] | None:
     if job.schedule is None:
         return None
     due = job.due
@@ -304,18 +309,18 @@ def history_json(found: History, place: str, schema: str) -> dict[str, Any]:
     }
 
 
-def holder_line(job: JobStatus) -> str:
+def holder_line(job: Job) -> str:
     """Who holds the job's lock, for the question `clear` asks."""
     lock = job.holding
     assert lock is not None
-    text = (f"job {job.job!r} is held by {lock.holder}:{lock.holder_pid} ({lock.mode} mode, "
+    text = (f"job {job.name!r} is held by {lock.holder}:{lock.holder_pid} ({lock.mode} mode, "
             f"token {lock.fencing_token}) for {took(job.seconds_since(lock.acquired_at))}")
     if job.lock_state is State.CLEARED:
         text += f"; already cleared by {lock.cleared_by}, {expiry(job, lock)}"
     return text
 
 
-def nobody_line(job_name: str, job: JobStatus | None) -> str:
+def nobody_line(job_name: str, job: Job | None) -> str:
     if job is None:
         return f"nobody holds job {job_name!r} (it never ran here); nothing to clear"
     if job.lock_state is State.STALE and job.lock is not None:
@@ -323,6 +328,10 @@ def nobody_line(job_name: str, job: JobStatus | None) -> str:
                 f"{ago(job.seconds_since(job.lock.expires_at))} with its run still marked "
                 "running (its holder vanished or is cut off; the next run marks it "
                 "abandoned); nothing to clear")
+    if job.held_until is not None:
+        return (f"nobody runs job {job_name!r}; --min-hold keeps its lock taken until "
+                f"{when(job.held_until)}, so that no host reruns the same trigger; "
+                "nothing to clear")
     return f"nobody holds job {job_name!r}; nothing to clear"
 
 

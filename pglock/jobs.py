@@ -1,0 +1,325 @@
+"""One job as every report sees it: its lock, its last runs, its schedule, judged once.
+
+`status`, `check` and `metrics` read the same statement (the `jobs` summary row with its
+`locks` row) into the same `Job`, classified by the same rules; they only render it.
+The database's clock is "now": the same for every reader, whatever host it runs on.
+
+To add a state or a problem: a member of `State` (worst first) and/or of `Problem` (with
+how `check` weighs it), and the rule that finds it in `classify`. Renderers map every
+member (screens.STATE_LOOK, check.REASONS); their unit tests fail on a member left out.
+"""
+
+from __future__ import annotations
+
+import enum
+from dataclasses import dataclass
+from datetime import datetime
+from functools import lru_cache
+from typing import Any
+
+import psycopg
+from psycopg.rows import kwargs_row
+
+from pglock import database, schema
+from pglock.errors import UsageError
+from pglock.history import Outcome
+
+# Outcomes of a finished run ('running' is not one; 'cleared' is an audit row).
+FINISHED = tuple(o for o in Outcome if o not in (Outcome.RUNNING, Outcome.CLEARED))
+FAILURES = tuple(o for o in FINISHED if o is not Outcome.SUCCEEDED)
+
+# One row per job that has a `jobs` or a `locks` row (a lock taken whose run never
+# started has only the latter). The clock is read in the same statement, so that no
+# jobs at all still give a row. Intervals come as seconds, the form every reader uses.
+JOBS = """
+SELECT clock.at AS now, coalesce(j.job, l.job) AS name,
+       l.mode AS lock_mode, l.holder, l.holder_pid, l.fencing_token, l.backend_pid,
+       l.acquired_at, l.expires_at, extract(epoch FROM l.ttl)::float8 AS ttl,
+       l.released_at, l.cleared_at, l.cleared_by,
+       j.last_run_id IS NOT NULL
+           AND j.last_run_id IS DISTINCT FROM j.last_finished_run_id AS run_open,
+       j.last_run_id, j.last_started_at, j.last_holder,
+       j.last_finished_run_id, j.last_outcome, j.last_exit_code, j.last_finished_at,
+       extract(epoch FROM j.last_duration)::float8 AS last_duration, j.last_success_at,
+       coalesce(j.outcome_counts, '{{}}') AS outcome_counts,
+       coalesce(j.consecutive_failures, 0) AS consecutive_failures,
+       j.schedule, j.timezone, extract(epoch FROM j.grace)::float8 AS grace,
+       j.last_slot, j.next_slot
+FROM (SELECT now() AS at) clock
+LEFT JOIN ({schema}.jobs j FULL JOIN {schema}.locks l ON l.job = j.job)
+       ON %(job)s::text IS NULL OR coalesce(j.job, l.job) = %(job)s::text
+ORDER BY 2
+"""
+
+
+class State(enum.StrEnum):
+    """What a job is doing, worst first (the order `status` lists them in)."""
+
+    # Its last run is still marked running but its lock expired: the holder vanished
+    # or is cut off from the database.
+    STALE = "stale"
+    # Its last finished run did not succeed.
+    FAILED = "failed"
+    # A slot of its schedule passed more than its grace ago with no run started for it
+    # (also while a run that outlasts its interval holds the lock).
+    OVERDUE = "overdue"
+    # `clear` took the lock; it is free for others once the lock-delay has passed.
+    CLEARED = "cleared"
+    RUNNING = "running"
+    # The command ended, but --min-hold keeps the lock taken until its expiry, so that a
+    # host whose clock lags cannot rerun the same trigger.
+    HELD = "held"
+    IDLE = "idle"
+
+
+class Weight(enum.Enum):
+    """How `check` weighs a problem."""
+
+    # Always CRITICAL.
+    CRITICAL = "critical"
+    # WARNING or CRITICAL by --failures-warning/--failures-critical (failed runs in a row).
+    FAILURES = "failures"
+    # WARNING or CRITICAL by --missed-warning/--missed-critical (missed slots).
+    MISSED = "missed"
+    # UNKNOWN: this host cannot judge it.
+    UNKNOWN = "unknown"
+
+
+class Problem(enum.StrEnum):
+    """What can be wrong with a job, most severe first; `weight` says how check weighs it
+    and `counted` whether check's summary and perfdata count it."""
+
+    weight: Weight
+    counted: bool
+
+    def __new__(cls, value: str, weight: Weight, counted: bool) -> Problem:
+        member = str.__new__(cls, value)
+        member._value_ = value
+        member.weight = weight
+        member.counted = counted
+        return member
+
+    STALE = ("stale", Weight.CRITICAL, True)
+    FAILED = ("failed", Weight.FAILURES, True)
+    OVERDUE = ("overdue", Weight.MISSED, True)
+    # Its recorded schedule cannot be read here (a zone this host does not know).
+    UNREADABLE = ("unreadable", Weight.UNKNOWN, False)
+
+
+@dataclass(frozen=True)
+class Lock:
+    """The job's `locks` row: its holder, or its last one."""
+
+    mode: str
+    holder: str
+    holder_pid: int
+    fencing_token: int
+    backend_pid: int | None
+    acquired_at: datetime
+    expires_at: datetime
+    ttl: float
+    released_at: datetime | None
+    cleared_at: datetime | None
+    cleared_by: str | None
+
+
+@dataclass(frozen=True)
+class LastRun:
+    """The job's newest finished run."""
+
+    id: int
+    outcome: str
+    exit_code: int | None
+    finished_at: datetime | None
+    duration: float | None
+
+
+@dataclass(frozen=True)
+class Due:
+    """Where a scheduled job stands against its schedule."""
+
+    # The first slot with no run yet: in the past while pending (within grace) or overdue.
+    due_at: datetime
+    # When cron next starts it.
+    next_fire: datetime
+    # Slots past their grace with no run (counted up to schedule.MISSED_LIMIT).
+    missed: int
+    grace: float
+
+
+@dataclass(frozen=True)
+class Job:
+    """One job at one moment of the database's clock, classified."""
+
+    name: str
+    now: datetime
+    lock: Lock | None
+    # Its last run is still marked running.
+    run_open: bool
+    last_run_id: int | None
+    last_started_at: datetime | None
+    last_holder: str | None
+    last_run: LastRun | None
+    last_success_at: datetime | None
+    counts: dict[str, int]
+    consecutive_failures: int
+    schedule: str | None
+    timezone: str | None
+    last_slot: datetime | None
+    # None unless scheduled (and its schedule readable here).
+    due: Due | None
+    # Why its recorded schedule cannot be read here (a zone this host does not know).
+    schedule_note: str | None
+    # What its lock and last run say, before its schedule is looked at (never OVERDUE):
+    # what `clear` goes by.
+    lock_state: State
+    # What status shows: the worse of the lock's and the schedule's.
+    state: State
+    problems: tuple[Problem, ...]
+
+    @property
+    def held(self) -> bool:
+        """Whether its lock is taken now (by a run, a clear's lock-delay, or --min-hold)."""
+        return self.lock is not None and self.lock.expires_at > self.now
+
+    @property
+    def holding(self) -> Lock | None:
+        """The lock row when it means something now: held, stale, or in its lock-delay."""
+        return self.lock if self.held or self.lock_state is State.STALE else None
+
+    @property
+    def held_until(self) -> datetime | None:
+        """When --min-hold lets the lock go, while it keeps a finished run's lock taken."""
+        lock = self.lock
+        if lock is None or lock.released_at is None or not self.held:
+            return None
+        return lock.expires_at
+
+    @property
+    def overdue(self) -> bool:
+        return self.due is not None and self.due.missed > 0
+
+    @property
+    def failures(self) -> int:
+        """Finished runs since the last success (at least 1 when the last one failed)."""
+        return max(1, self.consecutive_failures) if Problem.FAILED in self.problems else 0
+
+    @property
+    def next_due_in(self) -> float | None:
+        """Seconds until cron next starts it (scheduled jobs)."""
+        return None if self.due is None else (self.due.next_fire - self.now).total_seconds()
+
+    @property
+    def running_for(self) -> float | None:
+        """Seconds since the holder took the lock, while its run is still marked running."""
+        lock = self.holding
+        return self.seconds_since(lock.acquired_at) if lock and self.run_open else None
+
+    def seconds_since(self, moment: datetime | None) -> float | None:
+        return None if moment is None else (self.now - moment).total_seconds()
+
+
+@dataclass(frozen=True)
+class Snapshot:
+    """Every job (or the one asked for) at one moment of the database's clock."""
+
+    now: datetime
+    jobs: list[Job]
+
+
+def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None) -> Snapshot:
+    """Every job, or the one named: none while pglock never ran here (no schema yet);
+    a schema that `run` would refuse (newer, no version row, a table missing) fails."""
+    with database.translated(f"cannot read the jobs of schema {schema_name!r}"):
+        if not schema.readable(conn, schema_name):
+            row = conn.execute("SELECT now()").fetchone()
+            assert row is not None
+            return Snapshot(row[0], [])
+        # Binary rows: with 10,000 jobs, parsing timestamps from text is most of the cost.
+        cursor = conn.cursor(binary=True, row_factory=kwargs_row(_from_row))
+        rows = cursor.execute(schema.query(JOBS, schema_name), {"job": job}).fetchall()
+    return Snapshot(rows[0][0], [found for _, found in rows if found is not None])
+
+
+def _from_row(*, now: datetime, name: str | None, lock_mode: str | None,
+              **row: Any) -> tuple[datetime, Job | None]:
+    """A JOBS row as (now, its Job); the row of no job at all is (now, None)."""
+    if name is None:
+        return now, None
+    lock = None
+    if lock_mode is not None:
+        lock = Lock(lock_mode, row["holder"], row["holder_pid"], row["fencing_token"],
+                    row["backend_pid"], row["acquired_at"], row["expires_at"], row["ttl"],
+                    row["released_at"], row["cleared_at"], row["cleared_by"])
+    last_run = None
+    if row["last_finished_run_id"] is not None:
+        last_run = LastRun(row["last_finished_run_id"], row["last_outcome"],
+                           row["last_exit_code"], row["last_finished_at"], row["last_duration"])
+    due, note = standing(row["schedule"], row["timezone"], row["grace"], row["last_slot"],
+                         row["next_slot"], now)
+    run_open = bool(row["run_open"])
+    lock_state, state, problems = classify(now, lock, run_open, last_run, due, note)
+    counts = {str(outcome): int(n) for outcome, n in row["outcome_counts"].items() if n}
+    return now, Job(
+        name=name, now=now, lock=lock, run_open=run_open, last_run_id=row["last_run_id"],
+        last_started_at=row["last_started_at"], last_holder=row["last_holder"],
+        last_run=last_run, last_success_at=row["last_success_at"], counts=counts,
+        consecutive_failures=row["consecutive_failures"], schedule=row["schedule"],
+        timezone=row["timezone"], last_slot=row["last_slot"], due=due, schedule_note=note,
+        lock_state=lock_state, state=state, problems=problems)
+
+
+def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun | None,
+             due: Due | None, note: str | None = None,
+             ) -> tuple[State, State, tuple[Problem, ...]]:
+    """The job's lock state, its state, and its problems: the one place that judges a job."""
+    held = lock is not None and lock.expires_at > now
+    failed = last_run is not None and last_run.outcome in FAILURES
+    problems = tuple(problem for problem, found in (
+        (Problem.STALE, run_open and not held),
+        (Problem.FAILED, failed),
+        (Problem.OVERDUE, due is not None and due.missed > 0),
+        (Problem.UNREADABLE, note is not None)) if found)
+    if lock is not None and held and lock.released_at is None:
+        lock_state = State.CLEARED if lock.cleared_at is not None else State.RUNNING
+    elif Problem.STALE in problems:
+        lock_state = State.STALE
+    elif failed:
+        lock_state = State.FAILED
+    else:
+        lock_state = State.HELD if held else State.IDLE
+    # Overdue ranks below stale and failed, above the rest.
+    overdue = Problem.OVERDUE in problems and lock_state not in (State.STALE, State.FAILED)
+    return lock_state, State.OVERDUE if overdue else lock_state, problems
+
+
+def standing(expr: str | None, zone: str | None, grace: float | None,
+             last_slot: datetime | None, next_slot: datetime | None,
+             now: datetime) -> tuple[Due | None, str | None]:
+    """A job's standing against its schedule, from its `jobs` row's schedule columns:
+    (Due, None), (None, why its schedule cannot be read), or (None, None) unscheduled."""
+    if expr is None or last_slot is None:
+        return None, None
+    if next_slot is not None and next_slot > now and grace is not None:
+        # On time: no cron arithmetic, not even croniter's import, for the common case.
+        return Due(next_slot, next_slot, 0, grace), None
+    return _counted(expr, zone, grace, last_slot, next_slot, now)
+
+
+# Jobs of one read share the clock, and many share a schedule and the slots they
+# missed: after a fleet-wide outage, 10,000 overdue jobs cost a few distinct countings.
+@lru_cache(maxsize=1024)
+def _counted(expr: str, zone: str | None, grace: float | None, last_slot: datetime,
+             next_slot: datetime | None, now: datetime) -> tuple[Due | None, str | None]:
+    from pglock import schedule
+
+    try:
+        # A run host whose zone had no name stored "localtime": read it as ours.
+        plan = schedule.parse(expr, None if zone == "localtime" else zone)
+    except UsageError as error:
+        return None, f"its schedule cannot be read here: {error}"
+    if grace is None:
+        grace = schedule.slot_info(plan, last_slot).default_grace
+    due_at = next_slot or schedule.next_after(plan, last_slot)
+    found = schedule.due(plan, due_at, now, grace)
+    return Due(found.due_at, found.next_fire, found.missed, grace), None
