@@ -20,12 +20,24 @@ from pglock.jobs import Job, Problem, Snapshot, Weight
 
 
 class PluginStatus(enum.IntEnum):
-    """A monitoring plugin's exit code (Nagios convention), not pglock's ExitStatus."""
+    """A monitoring plugin's exit code (Nagios convention), not pglock's ExitStatus; each
+    with its meaning, the source of check's documented EXIT STATUS."""
 
-    OK = 0
-    WARNING = 1
-    CRITICAL = 2
-    UNKNOWN = 3
+    meaning: str
+
+    def __new__(cls, code: int, meaning: str) -> PluginStatus:
+        member = int.__new__(cls, code)
+        member._value_ = code
+        member.meaning = meaning
+        return member
+
+    OK = (0, "OK: no job has a problem (or there are no jobs yet)")
+    WARNING = (1, "WARNING: failed runs in a row or missed slots reached a warning threshold")
+    CRITICAL = (2, "CRITICAL: a stale lock, or failed runs in a row or missed slots reached a "
+                   "critical threshold")
+    UNKNOWN = (3, "UNKNOWN: the jobs could not be judged: bad options, no database, a schema "
+                  "pglock cannot read, a job that never ran, a schedule this host cannot "
+                  "read, output that cannot be written; never another code")
 
 
 # A problem found outranks not knowing about one job.

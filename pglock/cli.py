@@ -193,8 +193,8 @@ def run(
         grace=_optional_duration(grace, "--grace"),
         output_tail=parse_size(output_tail, option="--output-tail"),
         output_on_failure=output_on_failure)
-    # execute() validates the options before it touches the database (or the embedded
-    # server this joins): once.
+    # RunOptions validated itself when built: before the database (or the embedded
+    # server this joins) is touched.
     with database.opened(config.resolve_target(dsn)) as conninfo:
         return execute(options, conninfo)
 

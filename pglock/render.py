@@ -35,6 +35,9 @@ class Grid:
     styled_column: int = 0
     # Headers of the columns a narrow terminal may drop, least needed first.
     optional: Sequence[str] = ()
+    # The header of the column a narrow terminal must never cut (the job's name): the
+    # other columns wrap first.
+    whole: str | None = None
 
     def add(self, cells: list[str], style: str = "", detail: list[str] | None = None) -> None:
         self.rows.append(cells)
@@ -129,21 +132,29 @@ def renderable(screen: Screen, width: int) -> Any:
         if any(part.details):
             items.extend(_detailed(part, shown))
         else:
-            items.append(_table(part, shown))
+            items.append(_table(part, shown, width))
         if hidden:
             items.append(Text(f"(too narrow for {', '.join(hidden)}: widen the terminal, "
                               "pipe the output, or use --json)", style="dim"))
     return Group(*items)
 
 
-def _table(part: Grid, shown: list[int]) -> Any:
+def _table(part: Grid, shown: list[int], width: int) -> Any:
     from rich import box
     from rich.table import Table
     from rich.text import Text
 
     table = Table(box=box.SIMPLE_HEAD, pad_edge=False, header_style="bold")
+    widths = _widths(part)
     for i in shown:
-        table.add_column(part.headers[i], no_wrap=True, overflow="ellipsis")
+        if part.headers[i] != part.whole:
+            # Beside a column kept whole, the others are the ones rich may narrow.
+            table.add_column(part.headers[i], no_wrap=part.whole is None, overflow="ellipsis")
+        elif widths[i] + 4 <= width:
+            table.add_column(part.headers[i], no_wrap=True, width=widths[i])
+        else:
+            # A terminal narrower than the name itself: folded onto more lines, never cut.
+            table.add_column(part.headers[i], overflow="fold")
     for cells, style in zip(part.rows, part.styles, strict=True):
         table.add_row(*(Text(cells[i], style=style if i == part.styled_column else "")
                         for i in shown))
@@ -172,17 +183,22 @@ def _detailed(part: Grid, shown: list[int]) -> list[Any]:
 
 
 def fitting(grid: Grid, width: int) -> tuple[list[int], list[str]]:
-    """The columns that fit in `width`, dropping the optional ones in their order; and the
-    headers dropped. A narrow terminal loses whole columns, not the ends of every cell."""
-    widths = [max(len(row[i]) for row in [grid.headers, *grid.rows]) + 3
-              for i in range(len(grid.headers))]
+    """The columns that fit in `width`, dropping the optional ones in their order, then (for
+    a grid with a column kept whole) the others from the right but that one and the styled
+    one; and the headers dropped. A narrow terminal loses whole columns, not the ends of
+    every cell."""
+    widths = [w + 3 for w in _widths(grid)]
     shown = list(range(len(grid.headers)))
     hidden: list[str] = []
-    for title in grid.optional:
-        if sum(widths[i] for i in shown) <= width:
+    droppable = [grid.headers.index(title) for title in grid.optional]
+    if grid.whole is not None:
+        kept = (grid.headers.index(grid.whole), grid.styled_column)
+        droppable += [i for i in reversed(shown) if i not in kept and i not in droppable]
+    for i in droppable:
+        if sum(widths[j] for j in shown) <= width:
             break
-        shown.remove(grid.headers.index(title))
-        hidden.append(title)
+        shown.remove(i)
+        hidden.append(grid.headers[i])
     return shown, hidden
 
 

@@ -55,6 +55,10 @@ class RunOptions:
     output_tail: int = output.DEFAULT_TAIL
     output_on_failure: bool = False
 
+    def __post_init__(self) -> None:
+        # Built once, checked once: before anything touches the database.
+        self.validate()
+
     def validate(self) -> None:
         """Refuse bad input before anything touches the database."""
         check_job(self.job)
@@ -156,18 +160,19 @@ def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: R
     """Write the end of the run, retrying across reconnects; why it never took, or None."""
     patience = max(session.timeout, claim.ttl)
     deadline = clock.now() + patience
-    failure: list[str | None] = ["the database did not answer"]
+    failure: str | None = "the database did not answer"
 
     def attempts() -> None:
+        nonlocal failure
         while True:
             try:
                 conn = session.get()
                 history.finish(conn, claim.schema, run_id, result)
                 lease.release(conn, claim, min_hold)
-                failure[0] = None
+                failure = None
                 return
             except (psycopg.Error, PglockError) as error:
-                failure[0] = database.first_line(error)
+                failure = database.first_line(error)
                 session.close()
                 if clock.now() >= deadline:
                     return
@@ -178,7 +183,18 @@ def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: R
     writer = threading.Thread(target=attempts, name="pglock-record", daemon=True)
     writer.start()
     writer.join(patience + 1.0)
-    return failure[0]
+    return failure
+
+
+# What the command finds in its environment (man pglock-run, ENVIRONMENT).
+COMMAND_VARIABLES = {
+    "PGLOCK_JOB": "the job name",
+    "PGLOCK_RUN_ID": "the id of this run's history row",
+    "PGLOCK_FENCING_TOKEN": "the lock's fencing token, higher at every acquisition: "
+                            "compare it where the command writes",
+    "PGLOCK_HOLDER": "the holder's name (--holder, default the host name)",
+    "PGLOCK_SLOT": "with --schedule: the slot this run is for (ISO 8601)",
+}
 
 
 def command_environment(options: RunOptions, claim: lease.Lease, run_id: int) -> dict[str, str]:
@@ -193,7 +209,6 @@ def command_environment(options: RunOptions, claim: lease.Lease, run_id: int) ->
 
 def execute(options: RunOptions, conninfo: str) -> int:
     """Run the command under the job's lock; pglock's exit code."""
-    options.validate()
     scheduled, start_by = plan_slot(options)
     gate = SignalGate()
     gate.install()

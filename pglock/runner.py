@@ -33,19 +33,27 @@ class CannotStart(PglockError):
         self.exit_status = exit_status
 
 
+def death_with_parent() -> Callable[[], None] | None:
+    """A call that has Linux SIGKILL the calling process when the thread that forked it
+    dies (PR_SET_PDEATHSIG); None elsewhere. Resolved before a fork: ctypes is not
+    loaded between fork and exec."""
+    if sys.platform != "linux":
+        return None
+    import ctypes
+
+    prctl = ctypes.CDLL(None, use_errno=True).prctl
+    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+
+
 def _child_setup(parent_pid: int) -> Callable[[], None]:
     """What runs in the child between fork and exec."""
-    prctl = None
-    if sys.platform == "linux":
-        import ctypes
-
-        prctl = ctypes.CDLL(None, use_errno=True).prctl
+    die_with_parent = death_with_parent()
 
     def setup() -> None:
         # The parent blocks forwarded signals around the fork; the command must not inherit that.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-        if prctl is not None:
-            prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+        if die_with_parent is not None:
+            die_with_parent()
             # The parent may have died before prctl: then no signal would ever come.
             if os.getppid() != parent_pid:
                 os.kill(os.getpid(), signal.SIGKILL)

@@ -42,7 +42,7 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
     if not report.jobs:
         screen.parts.append("no job has run here yet")
         return screen
-    grid = Grid(STATUS_HEADERS, styled_column=1, optional=STATUS_OPTIONAL)
+    grid = Grid(STATUS_HEADERS, styled_column=1, optional=STATUS_OPTIONAL, whole="JOB")
     for job in sorted(report.jobs, key=lambda j: (SEVERITY[j.state], j.name)):
         label, style = STATE_LOOK[job.state]
         grid.add(status_cells(job, label if terminal else str(job.state)), style)

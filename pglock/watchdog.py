@@ -15,14 +15,13 @@ import os
 import select
 import signal
 import struct
-import sys
 import time
 
 from pglock import clock
+from pglock.runner import death_with_parent
 
 _RECORD = struct.Struct("d")
 _FIRED = 3
-_PR_SET_PDEATHSIG = 1
 
 
 class Watchdog:
@@ -98,8 +97,6 @@ def _signal(pgid: int, signum: int) -> None:
 
 
 def _die_with_parent() -> None:
-    if sys.platform != "linux":
-        return
-    import ctypes
-
-    ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
+    die_with_parent = death_with_parent()
+    if die_with_parent is not None:
+        die_with_parent()
