@@ -7,7 +7,7 @@ import errno
 
 # The commands that can return an exit status (check answers in PluginStatus instead).
 RUN = frozenset({"run"})
-REPORTS = frozenset({"status", "history", "clear"})
+REPORTS = frozenset({"status", "history", "clear", "prune"})
 EVERY = frozenset({"run", "init", "status", "history", "clear", "prune", "metrics"})
 
 
@@ -27,7 +27,8 @@ class ExitStatus(enum.IntEnum):
 
     OK = (0, "success; for run, the command's own exit code is passed through", EVERY)
     FAILURE = (1, "not done: status or history --job name a job that never ran here; clear "
-                  "was not confirmed, or the lock changed hands meanwhile", REPORTS)
+                  "or prune was not confirmed, or the lock to clear changed hands meanwhile",
+               REPORTS)
     USAGE = (2, "usage error: bad option, duration, size or job name; no command given",
              EVERY)
     CONFLICT = (75, "not run: the lock is held elsewhere, the slot already ran, or past "
