@@ -290,10 +290,14 @@ def main(argv: list[str] | None = None) -> int:
 
 def _invoke(args: list[str]) -> int:
     """Run the command `args` name; its exit code, whatever it raised."""
+    checking = args[:1] == ["check"]
+    return _plugin_code(_outcome(args, checking), checking)
+
+
+def _outcome(args: list[str], checking: bool) -> int:
     from typer import _click
 
     command, rest, prog_name = _parser(args)
-    checking = args[:1] == ["check"]
     try:
         code = command.main(args=rest, prog_name=prog_name, standalone_mode=False)
         return int(code or 0)
@@ -308,18 +312,25 @@ def _invoke(args: list[str]) -> int:
         # Nothing ran: the signal's code, as if it had ended us, and nothing to say.
         return interrupted.exit_code
     except OutputFailed as error:
-        return _output_failed(error, checking)
+        return _output_failed(error)
     except PglockError as error:
         _say_error(str(error), error)
-        return _plugin_code(int(error.exit_status), checking)
+        return int(error.exit_status)
     except Exception as error:
         # A bug of ours: one fixed line (cron mails it). Never the exception's text: it can
         # carry a DSN with its password. The traceback only with -v.
         _say_error(f"internal error: {type(error).__name__} (-v shows the traceback)", error)
         if checking:
-            with contextlib.suppress(OSError):
-                say(f"PGLOCK UNKNOWN - internal error: {type(error).__name__}")
-        return _plugin_code(ExitStatus.INTERNAL, checking)
+            _answer(f"PGLOCK UNKNOWN - internal error: {type(error).__name__}")
+        return ExitStatus.INTERNAL
+
+
+def _answer(text: str) -> None:
+    """check's answer after a failure: written if stdout can take it."""
+    try:
+        say(text)
+    except OutputFailed as error:
+        _output_failed(error)
 
 
 def _say_error(line: str, error: BaseException) -> None:
@@ -350,12 +361,11 @@ def _usage_error(message: str, args: list[str], where: str | None) -> int:
     from pglock import check
 
     report = check.unknown(message)
-    with contextlib.suppress(OSError):
-        say(check.render_json(report) if "--json" in args else check.render_text(report))
+    _answer(check.render_json(report) if "--json" in args else check.render_text(report))
     return int(report.status)
 
 
-def _output_failed(error: OutputFailed, checking: bool) -> int:
+def _output_failed(error: OutputFailed) -> int:
     """A closed pipe ends pglock quietly, as it would end a C tool; a full disk is said."""
     # What is still buffered must not fail again at exit, with Python's own message.
     with contextlib.suppress(OSError, ValueError):
@@ -364,7 +374,7 @@ def _output_failed(error: OutputFailed, checking: bool) -> int:
         os.close(devnull)
     if not error.closed:
         _say_error(str(error), error)
-    return _plugin_code(int(error.exit_status), checking)
+    return int(error.exit_status)
 
 
 def _quiet(args: list[str]) -> bool:
