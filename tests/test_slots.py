@@ -97,6 +97,12 @@ def test_croniter_is_imported_only_with_a_schedule(env: Env) -> None:
     assert "croniter" in scheduled and "rich" not in scheduled
 
 
+def test_croniter_is_imported_only_once_a_schedule_is_parsed() -> None:
+    code = ("import sys, pglock.schedule as s; assert 'croniter' not in sys.modules; "
+            "s.parse('* * * * *', 'UTC'); assert 'croniter' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
+
+
 def test_a_slot_that_ran_between_acquire_and_start_releases_the_lock(env: Env) -> None:
     """The unique (job, slot) index is the backstop behind the acquire's own check."""
     from pglock import history, lease, run
