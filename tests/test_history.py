@@ -21,6 +21,7 @@ def make_runs(env: Env) -> None:
     assert env.run("run", "--job", "other", "--holder", "web-2", "--", "true").returncode == 0
 
 
+@pytest.mark.slow  # its runs sleep, to differ in length
 def test_history_filters_newest_first(env: Env) -> None:
     make_runs(env)
     every = pglock_json(env, "history")["runs"]
@@ -42,6 +43,7 @@ def test_history_filters_newest_first(env: Env) -> None:
                      re.MULTILINE), screen
 
 
+@pytest.mark.slow  # its runs sleep, to differ in length
 def test_job_summary_figures_match_the_recorded_runs(env: Env) -> None:
     make_runs(env)
     # An independent computation of the figures: PostgreSQL's own percentile_cont.
@@ -105,6 +107,7 @@ def test_bad_input_gets_one_line_and_its_exit_code(env: Env, args: list[str], co
     assert says in one_line(result.stderr)
 
 
+@pytest.mark.slow  # waits out --connect-timeout
 def test_unreachable_database_exits_125(env: Env) -> None:
     result = env.run("status", "--dsn", "host=127.0.0.1 port=1 password=hunter2",
                      "--connect-timeout", "1s")
