@@ -294,23 +294,15 @@ def test_sigterm_while_waiting_exits_143_silently_and_records_nothing(env: Env) 
 
 # 7. Bad input -----------------------------------------------------------------------------
 
+# Every message and exit code of bad input is pinned in-process (tests/unit/test_cli.py);
+# through the binary, one case per stage that refuses it, each leaving no trace.
 BAD_INPUT = [
-    pytest.param(["--job", "", "--", "true"], "job", id="empty-job"),
     pytest.param(["--", "true"], "job", id="no-job"),
-    pytest.param(["--job", "j" * 201, "--", "true"], "200", id="job-201-chars"),
     pytest.param(["--job", "a\nb", "--", "true"], "control", id="job-newline"),
-    pytest.param(["--job", "bell\x07", "--", "true"], "control", id="job-bel"),
     pytest.param(["--job", "x", "--"], "command", id="no-command"),
-    pytest.param(["--job", "x"], "command", id="no-command-no-dashes"),
     pytest.param(["--job", "x", "--bogus", "--", "true"], "--bogus", id="unknown-option"),
     pytest.param(["--job", "x", "--ttl", "5x", "--", "true"], "--ttl", id="ttl-5x"),
-    pytest.param(["--job", "x", "--ttl", "-5s", "--", "true"], "--ttl", id="ttl-negative"),
-    pytest.param(["--job", "x", "--wait", "abc", "--", "true"], "--wait", id="wait-abc"),
-    pytest.param(["--job", "x", "--max-runtime", "0", "--", "true"], "--max-runtime",
-                 id="max-runtime-0"),
     pytest.param(["--job", "x", "--ttl", "2s", "--", "true"], "--ttl", id="ttl-too-short"),
-    pytest.param(["--job", "x", "--on-lost", "maybe", "--", "true"], "--on-lost",
-                 id="on-lost-maybe"),
 ]
 
 

@@ -130,6 +130,9 @@ USAGE = [
     pytest.param((*RUN, "--schedule", "* * * * *", "--tz", "Mars/Olympus", "--", "true"), 2,
                  "pglock: --tz: 'Mars/Olympus' is not a known time zone "
                  "(examples: UTC, Europe/Berlin, America/New_York)", id="unknown-zone"),
+    pytest.param((*RUN, "--schedule", "* * * * *", "--deadline", "soon", "--", "true"), 2,
+                 "pglock: --deadline: 'soon' is not a duration (examples: 90, 90s, 5m, 1h30m)",
+                 id="bad-deadline"),
     pytest.param((*RUN, "--schedule", "* * * * *", "--deadline", "0", "--", "true"), 2,
                  "pglock: --deadline must be more than 0", id="deadline-0"),
     # click's own messages, in pglock's one-line form.
