@@ -12,6 +12,9 @@ from marks import assert_no_overlap, held_command, intervals, race
 from pglock.embedded import EmbeddedServer
 from pglock.keys import advisory_key
 
+# Herds of contenders, killed holders, server restarts: the slow layer.
+pytestmark = pytest.mark.slow
+
 
 def _rounds(env: Env, modes: list[str], rounds: int = 3) -> None:
     marks, release = env.tmp / "marks", env.tmp / "release"

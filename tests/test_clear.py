@@ -6,6 +6,7 @@ import getpass
 import socket
 import subprocess
 
+import pytest
 from conftest import Env, one_line
 from operating import holding, on_terminal, pglock_json
 
@@ -16,6 +17,7 @@ def lock_free(env: Env, job: str) -> bool:
     return bool(rows[0][0])
 
 
+@pytest.mark.slow  # waits out the lock-delay
 def test_clear_stops_the_holder_and_holds_others_off_for_a_lock_delay(env: Env) -> None:
     with holding(env, "stuck", "--ttl", "5s", "--holder", "web-1") as holder:
         refused = env.run("clear", "--job", "stuck", stdin=subprocess.DEVNULL)
@@ -48,6 +50,7 @@ def test_clear_stops_the_holder_and_holds_others_off_for_a_lock_delay(env: Env) 
     assert counts["cleared"] == 1
 
 
+@pytest.mark.slow  # waits for the holder to notice its lost lock
 def test_clear_now_frees_the_lock_at_once(env: Env) -> None:
     with holding(env, "urgent", "--ttl", "5s") as holder:
         result = env.run("clear", "--job", "urgent", "--yes", "--now", "--terminate")
@@ -72,6 +75,7 @@ def test_clear_when_nobody_holds_the_job(env: Env) -> None:
     assert [run["outcome"] for run in env.runs("done")] == ["succeeded"]
 
 
+@pytest.mark.slow  # waits for the holder to notice its lost lock
 def test_clear_asks_on_a_terminal(env: Env) -> None:
     with holding(env, "asked", "--ttl", "5s") as holder:
         code, drawn = on_terminal(env, "clear", "--job", "asked", answer="n")

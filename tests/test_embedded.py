@@ -14,6 +14,9 @@ import pytest
 
 from pglock.embedded import EmbeddedError, EmbeddedServer
 
+# Every test starts (and stops) a server of its own: the slow layer.
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parents[1]
 FAST = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off"}
 

@@ -4,8 +4,12 @@ from __future__ import annotations
 
 import time
 
+import pytest
 from conftest import Env
 from marks import assert_no_overlap, held_command, intervals, marking_command, race
+
+# Herds of contenders and leases renewed over several ttls: the slow layer.
+pytestmark = pytest.mark.slow
 
 
 def test_many_contenders_many_rounds_never_overlap(env: Env) -> None:

@@ -11,6 +11,10 @@ from conftest import Env, one_line
 
 from pglock.embedded import EmbeddedServer
 
+# Killed, stopped and signalled processes, lost locks, servers stopped mid-run:
+# each waits on the wall clock, so all are in the slow layer.
+pytestmark = pytest.mark.slow
+
 
 def _alive(pid: int) -> bool:
     try:

@@ -95,7 +95,8 @@ def test_check_over_all_jobs_reports_the_worst_and_each_problem(jobs: Env) -> No
 
 
 @pytest.mark.parametrize(("args", "words"), [
-    (["--dsn", "host=/nonexistent port=1", "--connect-timeout", "1"], "cannot connect"),
+    pytest.param(["--dsn", "host=/nonexistent port=1", "--connect-timeout", "1"],
+                 "cannot connect", marks=pytest.mark.slow),  # waits out --connect-timeout
     (["--missed-warning", "3", "--missed-critical", "2"], "--missed-warning (3) is above"),
 ])
 def test_check_cannot_judge_is_unknown(env: Env, args: list[str], words: str) -> None:
@@ -157,6 +158,7 @@ def test_metrics_parse_and_show_each_state(jobs: Env) -> None:
     assert ("pglock_job_last_success_timestamp_seconds", (("job", "failing"),)) not in found
 
 
+@pytest.mark.slow  # waits out --connect-timeout
 def test_metrics_on_an_unreachable_database_fail_with_one_line(env: Env) -> None:
     result = env.run("metrics", "--dsn", "host=/nonexistent port=1", "--connect-timeout", "1")
     assert (result.returncode, result.stdout) == (125, "")

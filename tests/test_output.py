@@ -116,15 +116,3 @@ def test_capturing_much_output_costs_the_wrapper_little_memory(env: Env) -> None
     assert [r["output_tail"] is not None for r in env.runs("flood")] == [False, True, True]
     # 10 MB went through, or was held back (spilled to a file): the wrapper did not grow.
     assert tail - plain < 2048 and held - plain < 2048, (plain, tail, held)
-
-
-def test_the_tail_ring_keeps_exactly_the_last_bytes() -> None:
-    rand = random.Random(5)
-    for size in (1, 7, 100, 4096):
-        for _ in range(100):
-            tail, seen = output.Tail(size), b""
-            for _ in range(rand.randint(0, 12)):
-                chunk = rand.randbytes(rand.randint(1, 3 * size))
-                tail.add(chunk)
-                seen += chunk
-            assert tail.value() == seen[-size:]

@@ -19,8 +19,12 @@ from pglock.embedded import SERVER_USER, EmbeddedServer
 
 PGBOUNCER = shutil.which("pgbouncer") or (
     "/usr/sbin/pgbouncer" if os.path.exists("/usr/sbin/pgbouncer") else None)
-pytestmark = pytest.mark.skipif(
-    PGBOUNCER is None, reason="pgbouncer is not installed (.ci/run installs it from Debian)")
+pytestmark = [
+    pytest.mark.skipif(PGBOUNCER is None,
+                       reason="pgbouncer is not installed (.ci/run installs it from Debian)"),
+    # A PgBouncer of its own per test, contenders through it: the slow layer.
+    pytest.mark.slow,
+]
 
 CONFIG = """
 [databases]

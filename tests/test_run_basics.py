@@ -243,6 +243,7 @@ def test_skipped_run_prints_nothing_and_exits_75_or_the_conflict_code(env: Env) 
 # 5. --wait --------------------------------------------------------------------------------
 
 
+@pytest.mark.slow  # waits for a 2 s holder
 def test_wait_runs_after_the_holder_finishes(env: Env) -> None:
     with holding(env, "queue", "sleep", "2") as holder:
         waiter = env.run("run", "--job", "queue", "--wait", "20s", "--holder", "waiter", "--",
@@ -256,6 +257,7 @@ def test_wait_runs_after_the_holder_finishes(env: Env) -> None:
     assert (first["fencing_token"], second["fencing_token"]) == (1, 2)
 
 
+@pytest.mark.slow  # waits out --wait
 def test_wait_gives_up_with_75_while_the_holder_still_runs(env: Env) -> None:
     with holding(env, "long", "sleep", "60") as holder:
         waiter = env.run("run", "--job", "long", "--wait", "1s", "--holder", "waiter", "--",
@@ -268,6 +270,7 @@ def test_wait_gives_up_with_75_while_the_holder_still_runs(env: Env) -> None:
 # 6. A signal while waiting ----------------------------------------------------------------
 
 
+@pytest.mark.slow  # a signal to a waiting contender
 def test_sigterm_while_waiting_exits_143_silently_and_records_nothing(env: Env) -> None:
     with holding(env, "term", "sleep", "60") as holder:
         waiter = env.popen("run", "--job", "term", "--wait", "60s", "--holder", "waiter", "--",
@@ -291,23 +294,15 @@ def test_sigterm_while_waiting_exits_143_silently_and_records_nothing(env: Env) 
 
 # 7. Bad input -----------------------------------------------------------------------------
 
+# Every message and exit code of bad input is pinned in-process (tests/unit/test_cli.py);
+# through the binary, one case per stage that refuses it, each leaving no trace.
 BAD_INPUT = [
-    pytest.param(["--job", "", "--", "true"], "job", id="empty-job"),
     pytest.param(["--", "true"], "job", id="no-job"),
-    pytest.param(["--job", "j" * 201, "--", "true"], "200", id="job-201-chars"),
     pytest.param(["--job", "a\nb", "--", "true"], "control", id="job-newline"),
-    pytest.param(["--job", "bell\x07", "--", "true"], "control", id="job-bel"),
     pytest.param(["--job", "x", "--"], "command", id="no-command"),
-    pytest.param(["--job", "x"], "command", id="no-command-no-dashes"),
     pytest.param(["--job", "x", "--bogus", "--", "true"], "--bogus", id="unknown-option"),
     pytest.param(["--job", "x", "--ttl", "5x", "--", "true"], "--ttl", id="ttl-5x"),
-    pytest.param(["--job", "x", "--ttl", "-5s", "--", "true"], "--ttl", id="ttl-negative"),
-    pytest.param(["--job", "x", "--wait", "abc", "--", "true"], "--wait", id="wait-abc"),
-    pytest.param(["--job", "x", "--max-runtime", "0", "--", "true"], "--max-runtime",
-                 id="max-runtime-0"),
     pytest.param(["--job", "x", "--ttl", "2s", "--", "true"], "--ttl", id="ttl-too-short"),
-    pytest.param(["--job", "x", "--on-lost", "maybe", "--", "true"], "--on-lost",
-                 id="on-lost-maybe"),
 ]
 
 
@@ -337,6 +332,7 @@ def test_dsn_that_does_not_parse_exits_125_without_the_password(env: Env, bad_ds
     assert run_count(env) == 0
 
 
+@pytest.mark.slow  # waits out --connect-timeout
 def test_server_down_exits_125_without_the_password(env: Env) -> None:
     result = env.run("run", "--job", "x", "--dsn", "host=127.0.0.1 port=1 user=x password=hunter2",
                      "--connect-timeout", "1", "--", "echo", "must-not-run")

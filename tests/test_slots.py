@@ -64,12 +64,11 @@ def test_the_command_gets_its_slot(env: Env) -> None:
     assert env.runs("minutely")[0]["slot"] == slot
 
 
+# All of them are pinned in-process (tests/unit/test_cli.py); these go through the binary.
 @pytest.mark.parametrize(("args", "words"), [
     (["--schedule", "61 * * * *"], "--schedule: '61 * * * *' is not a valid cron expression"),
-    (["--schedule", "every day"], "--schedule: 'every day' is not a cron expression"),
     (["--schedule", "* * * * *", "--tz", "Mars/Olympus"], "--tz: 'Mars/Olympus' is not a known"),
     (["--tz", "UTC"], "--tz needs --schedule"),
-    (["--schedule", "* * * * *", "--deadline", "soon"], "--deadline: 'soon' is not a duration"),
 ])
 def test_bad_schedule_zone_and_size_are_usage_errors(env: Env, args: list[str],
                                                      words: str) -> None:
@@ -95,6 +94,12 @@ def test_croniter_is_imported_only_with_a_schedule(env: Env) -> None:
     assert not {"croniter", "rich", "dateutil"} & plain
     scheduled = imported(env, "--schedule", "* * * * *")
     assert "croniter" in scheduled and "rich" not in scheduled
+
+
+def test_croniter_is_imported_only_once_a_schedule_is_parsed() -> None:
+    code = ("import sys, pglock.schedule as s; assert 'croniter' not in sys.modules; "
+            "s.parse('* * * * *', 'UTC'); assert 'croniter' in sys.modules")
+    subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
 
 def test_a_slot_that_ran_between_acquire_and_start_releases_the_lock(env: Env) -> None:

@@ -13,6 +13,9 @@ from conftest import Env, one_line
 
 from pglock.embedded import SERVER_USER, EmbeddedServer, _install_dir
 
+# A private primary and a streaming standby of it: the slow layer.
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture
 def primary_and_standby(tmp_path: Path) -> Iterator[tuple[str, str]]:

@@ -9,6 +9,7 @@ import subprocess
 import sys
 from datetime import UTC, datetime
 
+import pytest
 from conftest import Env
 from operating import ANSI, COLOUR, holding, on_terminal, pglock_json, plain, row_of
 
@@ -72,6 +73,7 @@ def test_failed_last_run_and_stale_lock_are_flagged(env: Env) -> None:
     assert [r["outcome"] for r in env.runs("vanished")] == ["running"]
 
 
+@pytest.mark.slow  # waits for --watch to redraw
 def test_status_on_a_terminal_has_colour_unless_no_color_and_watch_redraws(env: Env) -> None:
     assert env.run("run", "--job", "broken", "--", "false").returncode == 1
     code, drawn = on_terminal(env, "status")
@@ -190,6 +192,7 @@ def test_status_shows_next_due_and_flags_overdue_jobs_with_their_missed_slots(en
     assert code == 0 and "@ overdue" in drawn and "3 missed" in drawn
 
 
+@pytest.mark.slow  # waits for the holder to notice its lost lock
 def test_an_overdue_job_still_running_shows_its_holder_and_can_be_cleared(env: Env) -> None:
     """A run that outlasts its interval: the slots after it are missed while it runs."""
     with holding(env, "long", "--schedule", NEW_YEAR, "--tz", "UTC", "--ttl", "5s",
