@@ -5,7 +5,7 @@ from __future__ import annotations
 import json
 
 import pytest
-from jobfactory import NOW, due, job, last, lock
+from .jobfactory import NOW, due, job, last, lock
 
 from pglock import check, jobs
 from pglock.check import PluginStatus, Thresholds

