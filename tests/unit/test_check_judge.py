@@ -5,11 +5,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from .jobfactory import NOW, due, job, last, lock
 
 from pglock import check, jobs
 from pglock.check import PluginStatus, Thresholds
 from pglock.errors import UsageError
+
+from .jobfactory import NOW, due, job, last, lock
 
 DEFAULT = Thresholds()
 

@@ -6,11 +6,12 @@ from datetime import timedelta
 from typing import Any
 
 import pytest
-from .jobfactory import NOW, due, job, last, lock
 
 from pglock import check, jobs, screens
 from pglock.history import Outcome
 from pglock.jobs import Problem, State
+
+from .jobfactory import NOW, due, job, last, lock
 
 P = Problem
 

@@ -2,10 +2,11 @@
 
 from __future__ import annotations
 
-from .jobfactory import NOW, due, job, last, lock
 from prometheus_client.parser import text_string_to_metric_families
 
 from pglock import jobs, metrics
+
+from .jobfactory import NOW, due, job, last, lock
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:
