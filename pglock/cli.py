@@ -49,13 +49,20 @@ def _complete_job(ctx: typer.Context, incomplete: str) -> list[str]:
     return job_names(ctx.params.get("dsn"), ctx.params.get("schema"), incomplete)
 
 
+def normalized_job(job: str | None) -> str | None:
+    """Every job name that enters, in the form pglock compares (NFC; docs/decisions.md)."""
+    from pglock.config import normalized_job
+
+    return None if job is None else normalized_job(job)
+
+
 JOB_HELP = "Job name: one lock, one history."
 Job = Annotated[str, typer.Option(
     "--job", "-j", metavar="NAME", help=JOB_HELP, show_default=False,
-    autocompletion=_complete_job)]
+    autocompletion=_complete_job, callback=normalized_job)]
 JobFilter = Annotated[str | None, typer.Option(
     "--job", "-j", metavar="NAME", help="Only this job.", show_default=False,
-    autocompletion=_complete_job)]
+    autocompletion=_complete_job, callback=normalized_job)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (shapes in docs/operators.md).")]
 Verbose = Annotated[bool, typer.Option(
     "--verbose", "-v", envvar="PGLOCK_VERBOSE", help="Say more; show tracebacks.")]
@@ -92,8 +99,20 @@ def _fail(error: PglockError) -> int:
     return int(error.exit_status)
 
 
+# Read from the environment, these apply only with --schedule; a crontab may set them for
+# all its lines, scheduled or not. Given as options without --schedule, they are refused.
+_SCHEDULE_ONLY = ("tz", "deadline", "grace")
+
+
+def _from_environment(ctx: typer.Context, name: str) -> bool:
+    from typer._click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT
+
+
 @app.command(context_settings={"allow_interspersed_args": False})
 def run(
+    ctx: typer.Context,
     command: Annotated[list[str] | None, typer.Argument(
         metavar="-- COMMAND [ARG]...", show_default=False,
         help="The command to run, executed directly (no shell).")] = None,
@@ -141,6 +160,10 @@ def run(
     output_on_failure: Annotated[bool, typer.Option(envvar="PGLOCK_OUTPUT_ON_FAILURE",
         help="Hold the command's output back; print it only if the command fails "
              "(as chronic).")] = False,
+    leave_descendants: Annotated[bool, typer.Option(envvar="PGLOCK_LEAVE_DESCENDANTS",
+        help="Let processes the command leaves running (a daemon it started) go on unlocked; "
+             "by default the lock is held until they exit, and they are stopped with the "
+             "command.")] = False,
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: ConnectTimeout = "10s",
@@ -155,6 +178,10 @@ def run(
     from pglock import config, database
     from pglock.run import RunOptions, execute
 
+    if schedule is None:
+        tz, deadline, grace = (None if _from_environment(ctx, name) else value
+                               for name, value in zip(_SCHEDULE_ONLY, (tz, deadline, grace),
+                                                      strict=True))
     try:
         options = RunOptions(
             job=job, command=command or [], schema=config.configured_schema(schema), mode=mode,
@@ -171,7 +198,7 @@ def run(
             deadline=_optional_duration(deadline, "--deadline"),
             grace=_optional_duration(grace, "--grace"),
             output_tail=parse_size(output_tail, option="--output-tail"),
-            output_on_failure=output_on_failure)
+            output_on_failure=output_on_failure, leave_descendants=leave_descendants)
         options.validate()
         with database.opened(config.resolve_target(dsn)) as conninfo:
             return execute(options, conninfo)
@@ -252,6 +279,33 @@ def _parser(args: list[str]) -> tuple[typer.core.TyperCommand | typer.core.Typer
     return typer.main.get_command(full_app()), args, "pglock"  # type: ignore[return-value]
 
 
+def _undecodable_argument(command: typer.core.TyperCommand | typer.core.TyperGroup,
+                          args: list[str]) -> str | None:
+    """The first of pglock's own arguments that is not UTF-8, shown with \\xNN escapes.
+
+    The command `run` executes is not looked at: a file name is bytes, and exec takes them.
+    """
+    from pglock.config import shown, undecodable
+
+    if command.name != "run":
+        own = args
+    else:
+        valued = {name for param in command.params if isinstance(param, typer.core.TyperOption)
+                  and not param.is_flag for name in param.opts}
+        own, i = [], 0
+        while i < len(args) and args[i] != "--" and args[i].startswith("-"):
+            takes_next = args[i] in valued
+            own.extend(args[i:i + 1 + takes_next])
+            i += 1 + takes_next
+    return next((repr(shown(arg)) for arg in own if undecodable(arg)), None)
+
+
+def _exit(argv: list[str] | None, code: int) -> int:
+    if argv is not None:
+        return code
+    sys.exit(code)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point: one line on stderr for bad input, never a traceback."""
     from typer import _click
@@ -264,6 +318,9 @@ def main(argv: list[str] | None = None) -> int:
         completion_init()
     args = sys.argv[1:] if argv is None else argv
     command, args, prog_name = _parser(args)
+    if (bad := _undecodable_argument(command, args)) is not None:
+        print(f"pglock: the argument {bad} is not valid UTF-8", file=sys.stderr)
+        return _exit(argv, ExitStatus.USAGE)
     try:
         code = command.main(args=args, prog_name=prog_name, standalone_mode=False)
     except _click.exceptions.UsageError as error:

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import random
 import signal
@@ -18,8 +19,9 @@ from typing import Any
 import psycopg
 
 from pglock import advisory, clock, database, history, lease, output, schema
-from pglock.config import check_job
+from pglock.config import check_job, check_text, normalized_job, shown
 from pglock.database import Reconnecting
+from pglock.durations import DURATIONS
 from pglock.errors import ExitStatus, Interrupted, PglockError, UsageError
 from pglock.heartbeat import Heartbeat, LeaseRenewer, Renewer, check_ttl
 from pglock.history import Outcome, RunResult
@@ -54,12 +56,19 @@ class RunOptions:
     grace: float | None = None
     output_tail: int = output.DEFAULT_TAIL
     output_on_failure: bool = False
+    # Let processes the command leaves behind (a daemon it started) run on unlocked.
+    leave_descendants: bool = False
+
+    def __post_init__(self) -> None:
+        # Names that look the same are the same job (NFC; docs/decisions.md).
+        object.__setattr__(self, "job", normalized_job(self.job))
 
     def validate(self) -> None:
         """Refuse bad input before anything touches the database."""
         check_job(self.job)
         if not self.command:
             raise UsageError("no command given: pglock run --job NAME -- COMMAND [ARG...]")
+        self._validate_ranges()
         check_ttl(self.ttl, self.kill_after)
         if self.mode not in ("lease", "advisory"):
             raise UsageError(f"--mode: {self.mode!r} is not one of lease, advisory")
@@ -69,10 +78,23 @@ class RunOptions:
             raise UsageError("--conflict-exit-code must be between 0 and 255")
         if self.max_runtime is not None and self.max_runtime <= 0:
             raise UsageError("--max-runtime must be more than 0")
+        check_text(self.holder, "--holder")
         if not self.holder or len(self.holder) > 200:
             raise UsageError("--holder must be 1-200 characters")
         output.check_tail_size(self.output_tail)
         self._validate_schedule()
+
+    def _validate_ranges(self) -> None:
+        """The ranges of durations.DURATIONS, for callers that did not parse text."""
+        for option, value in (("--ttl", self.ttl), ("--wait", self.wait),
+                              ("--jitter", self.jitter), ("--min-hold", self.min_hold),
+                              ("--max-runtime", self.max_runtime),
+                              ("--kill-after", self.kill_after),
+                              ("--connect-timeout", self.connect_timeout),
+                              ("--deadline", self.deadline), ("--grace", self.grace)):
+            bounds = DURATIONS[option]
+            if value is not None and not (math.isfinite(value) and bounds.admits(value)):
+                raise UsageError(f"{option}: {value:g}s is out of range ({bounds.text()})")
 
     def _validate_schedule(self) -> None:
         if self.schedule is None:
@@ -238,7 +260,7 @@ def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate:
                 run = history.start(conn, options.schema, job=options.job, mode=claim.mode,
                                     holder=claim.holder, holder_pid=claim.holder_pid,
                                     fencing_token=claim.fencing_token,
-                                    command=options.command[0], scheduled=scheduled)
+                                    command=shown(options.command[0]), scheduled=scheduled)
             except psycopg.errors.UniqueViolation:
                 lease.release(conn, claim)
                 log.debug("job %r: skipped: this slot already ran", options.job)
