@@ -272,7 +272,8 @@ def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate:
                 raise
         try:
             gate.child = Child.spawn(options.command, command_environment(options, claim, run.id),
-                                     None if capture is None else capture.child_fds())
+                                     None if capture is None else capture.child_fds(),
+                                     reap=not options.leave_descendants)
         except CannotStart as error:
             return run, error
         return run, gate.child
@@ -300,7 +301,7 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
         result, code = _supervise(supervision, capture, session, watchdog)
     except Exception as error:
         # A bug of ours must not leave the command running unlocked, nor the run unrecorded.
-        child.signal_group(signal.SIGKILL)
+        child.signal_family(signal.SIGKILL)
         child.process.wait()
         failure = RunResult(Outcome.FAILED, None, clock.now() - supervision.started,
                             error=f"pglock failed while the command ran: {error!r}")
@@ -335,7 +336,8 @@ def _keepers(session: Reconnecting, claim: lease.Lease, options: RunOptions,
         # Forked here, before any thread of ours runs. It acts half a margin after the main
         # loop would, so it only acts when pglock itself cannot: stopped, or stuck.
         watchdog = Watchdog(child.pid, heartbeat.lost_at() + heartbeat.margin / 2,
-                            heartbeat.grace)
+                            heartbeat.grace, family=child.reaping)
+        child.spared.add(watchdog.pid)
     return heartbeat, watchdog
 
 
