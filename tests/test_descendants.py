@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from tests.conftest import Env
+from conftest import Env
 
 
 def _alive(pid: int) -> bool:

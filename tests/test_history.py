@@ -89,7 +89,7 @@ def test_prune_keeps_running_rows_and_each_jobs_latest_run(env: Env) -> None:
 @pytest.mark.parametrize(("args", "code", "says"), [
     (["history", "--outcome", "exploded"], 2, "--outcome: 'exploded' is not one of"),
     (["history", "--since", "yesterday"], 2, "--since: 'yesterday' is not a duration"),
-    (["history", "--limit", "0"], 2, "--limit must be 1 or more"),
+    (["history", "--limit", "0"], 2, "--limit: 0 is out of range (1 to 100000)"),
     (["history", "--job", "never-seen"], 1, "no job named 'never-seen' has run here"),
     (["status", "--job", "never-seen"], 1, "no job named 'never-seen' has run here"),
     (["status", "--interval", "often"], 2, "--interval: 'often' is not a duration"),
