@@ -297,7 +297,7 @@ def _undecodable_argument(command: typer.core.TyperCommand | typer.core.TyperGro
             takes_next = args[i] in valued
             own.extend(args[i:i + 1 + takes_next])
             i += 1 + takes_next
-    return next((repr(shown(arg)) for arg in own if undecodable(arg)), None)
+    return next((f"'{shown(arg)}'" for arg in own if undecodable(arg)), None)
 
 
 def _exit(argv: list[str] | None, code: int) -> int:

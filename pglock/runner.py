@@ -20,6 +20,7 @@ import subprocess
 import sys
 from collections.abc import Callable, Mapping, Sequence
 
+from pglock.config import shown
 from pglock.errors import ExitStatus, PglockError
 
 # Signals an operator may send pglock; they go on to the command.
@@ -132,10 +133,11 @@ class Child:
                                        stdout=stdout, stderr=stderr,
                                        preexec_fn=_child_setup(os.getpid()))
         except FileNotFoundError:
-            raise CannotStart(f"command not found: {argv[0]}", ExitStatus.NOT_FOUND) from None
+            raise CannotStart(f"command not found: {shown(argv[0])}",
+                              ExitStatus.NOT_FOUND) from None
         except (PermissionError, IsADirectoryError, OSError) as error:
-            reason = error.strerror or str(error)
-            raise CannotStart(f"cannot execute {argv[0]}: {reason}",
+            reason = error.strerror or type(error).__name__
+            raise CannotStart(f"cannot execute {shown(argv[0])}: {reason}",
                               ExitStatus.CANNOT_EXECUTE) from None
         return cls(process, reaping=reaping)
 

@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from inprocess import UNREACHABLE, invoke
+from inprocess import invoke
 
 from pglock import database, redact
 
