@@ -7,7 +7,17 @@ from typing import TYPE_CHECKING, Annotated, Any
 
 import typer
 
-from pglock.cli import ConnectTimeout, Dsn, Quiet, Schema, Verbose, _configure_output, _fail, app
+from pglock.cli import (
+    ConnectTimeout,
+    Dsn,
+    Quiet,
+    Schema,
+    Verbose,
+    _configure_output,
+    _fail,
+    app,
+    normalized_job,
+)
 from pglock.durations import parse_duration
 from pglock.errors import PglockError
 
@@ -15,7 +25,7 @@ if TYPE_CHECKING:
     from pglock.monitor import Snapshot
 
 JobFilter = Annotated[str | None, typer.Option(
-    "--job", "-j", show_default=False, help="Only this job.")]
+    "--job", "-j", show_default=False, help="Only this job.", callback=normalized_job)]
 
 
 def _threshold(name: str, what: str) -> Any:

@@ -67,3 +67,12 @@ def test_advisory_mode_with_the_longest_ttl_is_accepted_by_the_server(env: Env) 
     result = env.run("run", "--job", "long", "--mode", "advisory", "--ttl", "7d", "--",
                      "echo", "ok")
     assert (result.returncode, result.stdout, result.stderr) == (0, "ok\n", "")
+
+
+def test_every_command_finds_a_job_by_any_spelling_of_its_name(env: Env) -> None:
+    decomposed, composed = "caf" + "e\u0301", "caf\u00e9"
+    assert env.run("run", "--job", composed, "--", "false").returncode == 1
+    for command in (["status"], ["history"], ["check"]):
+        result = env.run(*command, "--job", decomposed)
+        assert composed in result.stdout, (command, result)
+    assert 'job="café"' in env.run("metrics", "--job", decomposed).stdout

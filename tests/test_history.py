@@ -109,7 +109,7 @@ def test_unreachable_database_exits_125(env: Env) -> None:
     result = env.run("status", "--dsn", "host=127.0.0.1 port=1 password=hunter2",
                      "--connect-timeout", "1s")
     assert result.returncode == 125
-    assert "127.0.0.1:1/" in one_line(result.stderr) and "hunter2" not in result.stderr
+    assert "127.0.0.1:1" in one_line(result.stderr) and "hunter2" not in result.stderr
 
 
 def complete(env: Env, line: str, dsn: str | None = None) -> subprocess.CompletedProcess[str]:
