@@ -56,13 +56,21 @@ def _complete_job(ctx: typer.Context, incomplete: str) -> list[str]:
     return job_names(ctx.params.get("dsn"), ctx.params.get("schema"), incomplete)
 
 
+def normalized_job(job: str | None) -> str | None:
+    """Every job name that enters, checked at parse time (before any database is touched)
+    and in the form pglock compares (NFC; docs/decisions.md)."""
+    from pglock.config import check_job
+
+    return None if job is None else check_job(job)
+
+
 JOB_HELP = "Job name: one lock, one history."
 Job = Annotated[str, typer.Option(
     "--job", "-j", metavar="NAME", help=JOB_HELP, show_default=False,
-    autocompletion=_complete_job)]
+    autocompletion=_complete_job, callback=normalized_job)]
 JobFilter = Annotated[str | None, typer.Option(
     "--job", "-j", metavar="NAME", help="Only this job.", show_default=False,
-    autocompletion=_complete_job)]
+    autocompletion=_complete_job, callback=normalized_job)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (shapes in docs/operators.md).")]
 Verbose = Annotated[bool, typer.Option(
     "--verbose", "-v", envvar="PGLOCK_VERBOSE", help="Say more; show tracebacks.")]
@@ -70,8 +78,15 @@ Quiet = Annotated[bool, typer.Option(
     "--quiet", "-q", envvar="PGLOCK_QUIET", help="Print nothing of pglock's own, not even errors.")]
 
 
+# Whether the command being run configured the output (errors raised while its options
+# are still being parsed come before that).
+_output_configured = False
+
+
 def _configure_output(verbose: bool, quiet: bool) -> None:
     """pglock's own messages go to stderr as one line; libraries stay silent unless -v."""
+    global _output_configured
+    _output_configured = True
     root = logging.getLogger()
     own = logging.getLogger("pglock")
     handler = logging.StreamHandler(sys.stderr)
@@ -105,6 +120,18 @@ def connected(dsn: str | None, schema: str | None, connect_timeout: str,
         yield conn, place, name
 
 
+# Read from the environment, these apply only with --schedule; a crontab may set them for
+# all its lines, scheduled or not. Given as options without --schedule, they are refused.
+_SCHEDULE_ONLY = ("tz", "deadline", "grace")
+
+
+def _from_environment(ctx: typer.Context, name: str) -> bool:
+    from typer._click.core import ParameterSource
+
+    return ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT
+
+
+
 def say(text: str) -> None:
     """A line on standard output (render.write: a closed or full stdout is an OutputFailed)."""
     from pglock.render import write
@@ -116,6 +143,7 @@ def say(text: str) -> None:
 @app.command(context_settings={"allow_interspersed_args": False,
                                "help_option_names": ["-h", "--help"]})
 def run(
+    ctx: typer.Context,
     command: Annotated[list[str] | None, typer.Argument(
         metavar="-- COMMAND [ARG]...", show_default=False,
         help="The command to run, executed directly (no shell).")] = None,
@@ -163,6 +191,10 @@ def run(
     output_on_failure: Annotated[bool, typer.Option(envvar="PGLOCK_OUTPUT_ON_FAILURE",
         help="Hold the command's output back; print it only if the command fails "
              "(as chronic).")] = False,
+    leave_descendants: Annotated[bool, typer.Option(envvar="PGLOCK_LEAVE_DESCENDANTS",
+        help="Let processes the command leaves running (a daemon it started) go on unlocked; "
+             "by default the lock is held until they exit, and they are stopped with the "
+             "command.")] = False,
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: ConnectTimeout = "10s",
@@ -177,6 +209,10 @@ def run(
     from pglock import config, database
     from pglock.run import RunOptions, execute
 
+    if schedule is None:
+        tz, deadline, grace = (None if _from_environment(ctx, name) else value
+                               for name, value in zip(_SCHEDULE_ONLY, (tz, deadline, grace),
+                                                      strict=True))
     options = RunOptions(
         job=job, command=command or [], schema=config.configured_schema(schema), mode=mode,
         ttl=parse_duration(ttl, option="--ttl"),
@@ -192,7 +228,7 @@ def run(
         deadline=_optional_duration(deadline, "--deadline"),
         grace=_optional_duration(grace, "--grace"),
         output_tail=parse_size(output_tail, option="--output-tail"),
-        output_on_failure=output_on_failure)
+        output_on_failure=output_on_failure, leave_descendants=leave_descendants)
     # RunOptions validated itself when built: before the database (or the embedded
     # server this joins) is touched.
     with database.opened(config.resolve_target(dsn)) as conninfo:
@@ -268,6 +304,27 @@ USAGE = ("usage: pglock COMMAND [OPTIONS] (run, init, status, history, clear, pr
          "metrics); see 'pglock --help'")
 
 
+def _undecodable_argument(command: typer.core.TyperCommand | typer.core.TyperGroup,
+                          args: list[str]) -> str | None:
+    """The first of pglock's own arguments that is not UTF-8, shown with \\xNN escapes.
+
+    The command `run` executes is not looked at: a file name is bytes, and exec takes them.
+    """
+    from pglock.config import shown, undecodable
+
+    if command.name != "run":
+        own = args
+    else:
+        valued = {name for param in command.params if isinstance(param, typer.core.TyperOption)
+                  and not param.is_flag for name in param.opts}
+        own, i = [], 0
+        while i < len(args) and args[i] != "--" and args[i].startswith("-"):
+            takes_next = args[i] in valued
+            own.extend(args[i:i + 1 + takes_next])
+            i += 1 + takes_next
+    return next((f"'{shown(arg)}'" for arg in own if undecodable(arg)), None)
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point and the one error boundary: one line on stderr for bad input and for
     pglock's own failures, never a traceback (but with -v), and the documented exit code."""
@@ -297,7 +354,11 @@ def _invoke(args: list[str]) -> int:
 def _outcome(args: list[str], checking: bool) -> int:
     from typer import _click
 
+    global _output_configured
+    _output_configured = False
     command, rest, prog_name = _parser(args)
+    if (bad := _undecodable_argument(command, rest)) is not None:
+        return _usage_error(f"the argument {bad} is not valid UTF-8", args, None)
     try:
         code = command.main(args=rest, prog_name=prog_name, standalone_mode=False)
         return int(code or 0)
@@ -312,14 +373,22 @@ def _outcome(args: list[str], checking: bool) -> int:
         # Nothing ran: the signal's code, as if it had ended us, and nothing to say.
         return interrupted.exit_code
     except OutputFailed as error:
-        return _output_failed(error)
+        return _output_failed(error, args)
     except PglockError as error:
-        _say_error(str(error), error)
+        _say_error(str(error), error, args)
+        if checking and not _output_configured:
+            # Refused while its options were parsed (a bad --job): UNKNOWN, as for click's.
+            from pglock import check
+
+            report = check.unknown(str(error))
+            _answer(check.render_json(report) if "--json" in args else check.render_text(report))
+            return int(report.status)
         return int(error.exit_status)
     except Exception as error:
         # A bug of ours: one fixed line (cron mails it). Never the exception's text: it can
         # carry a DSN with its password. The traceback only with -v.
-        _say_error(f"internal error: {type(error).__name__} (-v shows the traceback)", error)
+        _say_error(f"internal error: {type(error).__name__} (-v shows the traceback)", error,
+                   args)
         if checking:
             _answer(f"PGLOCK UNKNOWN - internal error: {type(error).__name__}")
         return ExitStatus.INTERNAL
@@ -330,18 +399,19 @@ def _answer(text: str) -> None:
     try:
         say(text)
     except OutputFailed as error:
-        _output_failed(error)
+        _output_failed(error, [])
 
 
-def _say_error(line: str, error: BaseException) -> None:
+def _say_error(line: str, error: BaseException, args: list[str]) -> None:
     """The one line of an error, through pglock's logger (so -q silences it)."""
-    if logging.getLogger().isEnabledFor(logging.DEBUG):
-        traceback.print_exception(error)
-    log = logging.getLogger("pglock")
-    if log.handlers or (log.propagate and logging.getLogger().handlers):
-        log.error("%s", line)
-    else:
-        # Before any command configured the output.
+    if _output_configured:
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            traceback.print_exception(error)
+        logging.getLogger("pglock").error("%s", line)
+    elif not _quiet(args):
+        # Raised while the options were parsed, before the command configured the output.
+        if "-v" in args or "--verbose" in args:
+            traceback.print_exception(error)
         print(f"pglock: {line}", file=sys.stderr)
 
 
@@ -365,7 +435,7 @@ def _usage_error(message: str, args: list[str], where: str | None) -> int:
     return int(report.status)
 
 
-def _output_failed(error: OutputFailed) -> int:
+def _output_failed(error: OutputFailed, args: list[str]) -> int:
     """A closed pipe ends pglock quietly, as it would end a C tool; a full disk is said."""
     # What is still buffered must not fail again at exit, with Python's own message.
     with contextlib.suppress(OSError, ValueError):
@@ -373,7 +443,7 @@ def _output_failed(error: OutputFailed) -> int:
         os.dup2(devnull, sys.stdout.fileno())
         os.close(devnull)
     if not error.closed:
-        _say_error(str(error), error)
+        _say_error(str(error), error, args)
     return int(error.exit_status)
 
 

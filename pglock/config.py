@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import unicodedata
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -11,6 +12,9 @@ from pglock.errors import ConfigError, UsageError
 # libpq reads these itself; any of them set means "the operator configured a server".
 _LIBPQ_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGSERVICE", "PGDATABASE")
 DEFAULT_SCHEMA = "pglock"
+# The keys a config file may hold, and their type. An unknown key is an error: a typo'd
+# `dsn` would otherwise send the fleet to the embedded, this-host-only server.
+CONFIG_KEYS: dict[str, type] = {"dsn": str, "schema": str}
 
 
 @dataclass(frozen=True)
@@ -35,7 +39,7 @@ def config_paths() -> list[Path]:
 
 
 def read_config_file() -> tuple[Path | None, dict[str, object]]:
-    """The first config file that exists, parsed; (None, {}) when there is none."""
+    """The first config file that exists, parsed and checked; (None, {}) when there is none."""
     paths = config_paths()
     for path in paths:
         try:
@@ -43,30 +47,54 @@ def read_config_file() -> tuple[Path | None, dict[str, object]]:
         except FileNotFoundError:
             continue
         except OSError as error:
-            raise ConfigError(f"config file {path}: {error.strerror}") from error
+            raise ConfigError(f"config file {shown(str(path))}: {error.strerror}") from None
         import tomllib  # only when there is a file: every run's start-up counts
 
         with handle:
             try:
-                return path, tomllib.load(handle)
+                values = tomllib.load(handle)
+            except UnicodeDecodeError as error:
+                # Never the content: the file holds the DSN, password and all.
+                raise ConfigError(f"config file {shown(str(path))}: not valid UTF-8 (byte "
+                                  f"{error.start} of the file)") from None
             except tomllib.TOMLDecodeError as error:
-                raise ConfigError(f"config file {path}: {error}") from error
+                raise ConfigError(f"config file {shown(str(path))}: {error}") from None
+        _check_keys(path, values)
+        return path, values
     if os.environ.get("PGLOCK_CONFIG"):
-        raise ConfigError(f"config file {paths[0]} (PGLOCK_CONFIG) does not exist")
+        raise ConfigError(f"config file {shown(paths[0].as_posix())} (PGLOCK_CONFIG) does not "
+                          "exist")
     return None, {}
+
+
+def _check_keys(path: Path, values: dict[str, object]) -> None:
+    for key, value in values.items():
+        expected = CONFIG_KEYS.get(key)
+        if expected is None:
+            raise ConfigError(f"config file {shown(str(path))}: unknown key {shown(key)!r} "
+                              f"(known: {', '.join(CONFIG_KEYS)})")
+        if not isinstance(value, expected) or not value:
+            raise ConfigError(f"config file {shown(str(path))}: {key} must be a non-empty "
+                              "string")
 
 
 def resolve_target(dsn_option: str | None) -> Target:
     """The first DSN found wins: --dsn (or PGLOCK_DSN), config file, libpq variables."""
-    if dsn_option:
+    if dsn_option is None and os.environ.get("PGLOCK_DSN") == "":
+        # click reads an empty variable as unset; an empty DSN is still a mistake.
+        dsn_option = ""
+    if dsn_option is not None:
         source = "PGLOCK_DSN" if dsn_option == os.environ.get("PGLOCK_DSN") else "--dsn"
+        if not dsn_option.strip():
+            # An unset shell variable, most likely: the embedded server would be this host's
+            # alone, and the fleet would lose its exclusion without a word.
+            raise UsageError(f"{source}: an empty DSN; unset it to use the config file, "
+                             "libpq's variables or the embedded server")
         return Target(dsn_option, source)
     path, values = read_config_file()
     dsn = values.get("dsn")
-    if dsn is not None:
-        if not isinstance(dsn, str) or not dsn:
-            raise ConfigError(f"config file {path}: dsn must be a non-empty string")
-        return Target(dsn, f"config file {path}")
+    if isinstance(dsn, str):
+        return Target(dsn, f"config file {shown(str(path))}")
     if any(os.environ.get(name) for name in _LIBPQ_VARIABLES):
         return Target("", "libpq environment (PGHOST, PGSERVICE, ...)")
     return Target(None, "embedded")
@@ -79,13 +107,20 @@ def configured_schema(schema_option: str | None) -> str:
         _, values = read_config_file()
         value = values.get("schema", DEFAULT_SCHEMA)
         schema = value if isinstance(value, str) else DEFAULT_SCHEMA
+    check_text(schema, "--schema")
     if not schema or len(schema.encode()) > 63 or "\x00" in schema:
         raise UsageError(f"--schema: {schema!r} is not a usable schema name (1-63 bytes)")
     return schema
 
 
 def check_job(job: str) -> str:
-    """A job name is 1-200 characters with no control characters; anything else is data."""
+    """A job name is 1-200 characters with no control characters; anything else is data.
+
+    Names are compared in Unicode NFC: an "é" typed as one character or as "e" and a
+    combining accent is one job (docs/decisions.md).
+    """
+    check_text(job, "--job")
+    job = normalized_job(job)
     if not job:
         raise UsageError("--job: the job name is empty")
     if len(job) > 200:
@@ -93,3 +128,25 @@ def check_job(job: str) -> str:
     if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in job):
         raise UsageError(f"--job: the job name {job!r} contains a control character")
     return job
+
+
+def normalized_job(job: str) -> str:
+    """A job name as pglock compares it (NFC), for every place a name enters."""
+    return unicodedata.normalize("NFC", job)
+
+
+def undecodable(text: str) -> bool:
+    """Whether `text` came from bytes that are not UTF-8 (Python keeps them as surrogates)."""
+    return any(0xDC80 <= ord(c) <= 0xDCFF for c in text)
+
+
+def check_text(text: str, what: str) -> str:
+    """Refuse text that is not UTF-8: it cannot be stored, sent or shown as it is."""
+    if undecodable(text):
+        raise UsageError(f"{what}: {shown(text)!r} is not valid UTF-8")
+    return text
+
+
+def shown(text: str) -> str:
+    """`text` with its non-UTF-8 bytes as \\xNN escapes, printable on any stream."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

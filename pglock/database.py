@@ -12,7 +12,8 @@ from typing import Any
 import psycopg
 from psycopg import conninfo as libpq_conninfo
 
-from pglock.config import Target
+from pglock import redact
+from pglock.config import Target, undecodable
 from pglock.errors import ConfigError, DatabaseError
 
 # Server-side reasons a connection is refused for now, not for good. psycopg reports
@@ -32,6 +33,8 @@ KEEPALIVES = {"keepalives": "1", "keepalives_idle": "5", "keepalives_interval": 
 
 def check_conninfo(conninfo: str) -> None:
     """Fail with one line if the DSN does not parse; never echo it (it may hold a password)."""
+    if undecodable(conninfo):
+        raise ConfigError("the DSN is not valid UTF-8")
     try:
         libpq_conninfo.conninfo_to_dict(conninfo)
     except psycopg.ProgrammingError as error:
@@ -43,19 +46,28 @@ def _unquoted(message: str) -> str:
 
     Everything from the first quote to the last goes: a password may contain quotes too.
     """
-    return re.sub(r'".*"', '"…"', message, flags=re.DOTALL)
+    return redact.redact(re.sub(r'".*"', '"…"', message, flags=re.DOTALL))
 
 
-def describe(conninfo: str) -> str:
-    """host:port/dbname of a DSN, for humans; never the password."""
+def _parsed(conninfo: str) -> dict[str, str]:
     try:
-        params = libpq_conninfo.conninfo_to_dict(conninfo)
-    except psycopg.ProgrammingError:
-        return "an unparseable DSN"
-    host = str(params.get("host") or params.get("hostaddr") or "localhost")
-    port = str(params.get("port") or "5432")
-    dbname = str(params.get("dbname") or params.get("user") or "")
-    return f"{host}:{port}/{dbname}"
+        return {k: str(v) for k, v in libpq_conninfo.conninfo_to_dict(conninfo).items()}
+    except (psycopg.ProgrammingError, UnicodeError):
+        return {}
+
+
+def connect_failure(conninfo: str, error: BaseException) -> str:
+    """Why a connection failed, in one line that names no password."""
+    if redact.misread(conninfo):
+        # libpq tried some other host, port or database, named by a piece of the password.
+        return ("cannot connect: the DSN's user information holds an unencoded / or @; "
+                "percent-encode them in a URI (%2F, %40)")
+    parsed = _parsed(conninfo)
+    reason = redact.scrubbed(first_line(error), conninfo, parsed)
+    where = redact.place(conninfo, parsed)
+    if where is None:
+        return f"cannot connect: {_unquoted(reason)}"
+    return f"cannot connect to {where}: {reason}"
 
 
 def is_transient(error: BaseException) -> bool:
@@ -93,12 +105,15 @@ def connect(conninfo: str, *, application_name: str, timeout: float,
         except psycopg.OperationalError as error:
             remaining = deadline - time.monotonic()
             if not is_transient(error) or remaining <= 0:
-                raise DatabaseError(
-                    f"cannot connect to {describe(conninfo)}: {first_line(error)}") from error
+                raise DatabaseError(connect_failure(conninfo, error)) from None
             attempt += 1
             time.sleep(min(remaining, random.uniform(0, min(2.0, 0.05 * 2**attempt))))
         except psycopg.ProgrammingError as error:
             raise ConfigError(f"the DSN is not usable: {_unquoted(first_line(error))}") from None
+        except UnicodeError:
+            # psycopg's message would quote the whole conninfo, password and all.
+            raise ConfigError("the DSN or a name sent with it (--job, --holder) is not valid "
+                              "UTF-8") from None
 
 
 class Reconnecting:

@@ -9,6 +9,7 @@ from typing import Any
 import psycopg
 
 from pglock import database, schema
+from pglock.durations import HISTORY_LIMIT, check_count
 from pglock.errors import UnknownJob, UsageError
 from pglock.history import Outcome
 
@@ -50,8 +51,7 @@ class Filters:
         if self.outcome is not None and self.outcome not in {o.value for o in Outcome}:
             raise UsageError(f"--outcome: {self.outcome!r} is not one of "
                              + ", ".join(Outcome))
-        if self.limit < 1:
-            raise UsageError("--limit must be 1 or more")
+        check_count(self.limit, "--limit", HISTORY_LIMIT)
 
     def params(self) -> dict[str, Any]:
         since = None if self.since is None else timedelta(seconds=self.since)

@@ -5,6 +5,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import logging
+import math
 import os
 import random
 import signal
@@ -18,8 +19,9 @@ from typing import Any
 import psycopg
 
 from pglock import advisory, clock, database, history, lease, output, schema
-from pglock.config import check_job
+from pglock.config import check_job, check_text, normalized_job, shown
 from pglock.database import Reconnecting
+from pglock.durations import DURATIONS
 from pglock.errors import ExitStatus, Interrupted, PglockError, UsageError
 from pglock.heartbeat import Heartbeat, LeaseRenewer, Renewer, check_ttl
 from pglock.history import Outcome, RunResult
@@ -54,8 +56,12 @@ class RunOptions:
     grace: float | None = None
     output_tail: int = output.DEFAULT_TAIL
     output_on_failure: bool = False
+    # Let processes the command leaves behind (a daemon it started) run on unlocked.
+    leave_descendants: bool = False
 
     def __post_init__(self) -> None:
+        # Names that look the same are the same job (NFC; docs/decisions.md).
+        object.__setattr__(self, "job", normalized_job(self.job))
         # Built once, checked once: before anything touches the database.
         self.validate()
 
@@ -64,6 +70,7 @@ class RunOptions:
         check_job(self.job)
         if not self.command:
             raise UsageError("no command given: pglock run --job NAME -- COMMAND [ARG...]")
+        self._validate_ranges()
         check_ttl(self.ttl, self.kill_after)
         if self.mode not in ("lease", "advisory"):
             raise UsageError(f"--mode: {self.mode!r} is not one of lease, advisory")
@@ -73,10 +80,23 @@ class RunOptions:
             raise UsageError("--conflict-exit-code must be between 0 and 255")
         if self.max_runtime is not None and self.max_runtime <= 0:
             raise UsageError("--max-runtime must be more than 0")
+        check_text(self.holder, "--holder")
         if not self.holder or len(self.holder) > 200:
             raise UsageError("--holder must be 1-200 characters")
         output.check_tail_size(self.output_tail)
         self._validate_schedule()
+
+    def _validate_ranges(self) -> None:
+        """The ranges of durations.DURATIONS, for callers that did not parse text."""
+        for option, value in (("--ttl", self.ttl), ("--wait", self.wait),
+                              ("--jitter", self.jitter), ("--min-hold", self.min_hold),
+                              ("--max-runtime", self.max_runtime),
+                              ("--kill-after", self.kill_after),
+                              ("--connect-timeout", self.connect_timeout),
+                              ("--deadline", self.deadline), ("--grace", self.grace)):
+            bounds = DURATIONS[option]
+            if value is not None and not (math.isfinite(value) and bounds.admits(value)):
+                raise UsageError(f"{option}: {value:g}s is out of range ({bounds.text()})")
 
     def _validate_schedule(self) -> None:
         if self.schedule is None:
@@ -253,7 +273,7 @@ def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate:
                 run = history.start(conn, options.schema, job=options.job, mode=claim.mode,
                                     holder=claim.holder, holder_pid=claim.holder_pid,
                                     fencing_token=claim.fencing_token,
-                                    command=options.command[0], scheduled=scheduled)
+                                    command=shown(options.command[0]), scheduled=scheduled)
             except psycopg.errors.UniqueViolation:
                 lease.release(conn, claim)
                 log.debug("job %r: skipped: this slot already ran", options.job)
@@ -265,7 +285,8 @@ def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate:
                 raise
         try:
             gate.child = Child.spawn(options.command, command_environment(options, claim, run.id),
-                                     None if capture is None else capture.child_fds())
+                                     None if capture is None else capture.child_fds(),
+                                     reap=not options.leave_descendants)
         except CannotStart as error:
             return run, error
         return run, gate.child
@@ -293,7 +314,7 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
         result, code = _supervise(supervision, capture, session, watchdog)
     except Exception as error:
         # A bug of ours must not leave the command running unlocked, nor the run unrecorded.
-        child.signal_group(signal.SIGKILL)
+        child.signal_family(signal.SIGKILL)
         child.process.wait()
         failure = RunResult(Outcome.FAILED, None, clock.now() - supervision.started,
                             error=f"pglock failed while the command ran: {error!r}")
@@ -328,7 +349,8 @@ def _keepers(session: Reconnecting, claim: lease.Lease, options: RunOptions,
         # Forked here, before any thread of ours runs. It acts half a margin after the main
         # loop would, so it only acts when pglock itself cannot: stopped, or stuck.
         watchdog = Watchdog(child.pid, heartbeat.lost_at() + heartbeat.margin / 2,
-                            heartbeat.grace)
+                            heartbeat.grace, family=child.reaping)
+        child.spared.add(watchdog.pid)
     return heartbeat, watchdog
 
 

@@ -18,6 +18,7 @@ from pathlib import Path
 from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from pglock.durations import DURATIONS
 from pglock.errors import UsageError
 
 KEYWORDS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
@@ -49,8 +50,10 @@ class SlotInfo:
 
     @property
     def default_grace(self) -> float:
-        """max(1 minute, 10 % of the interval between the last two slots), in seconds."""
-        return max(MIN_GRACE, (self.slot - self.previous).total_seconds() / 10)
+        """max(1 minute, 10 % of the interval between the last two slots), in seconds, at
+        most --grace's upper bound (a slot every 28 years would otherwise give 2.8)."""
+        tenth = (self.slot - self.previous).total_seconds() / 10
+        return min(max(MIN_GRACE, tenth), DURATIONS["--grace"].high)
 
 
 @dataclass(frozen=True)

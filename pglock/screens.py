@@ -10,7 +10,7 @@ from typing import Any
 from pglock.admin import Cleared
 from pglock.durations import format_duration
 from pglock.jobs import Job, Lock, State
-from pglock.render import NONE, Grid, Screen, ago, clip, header, iso, took, when
+from pglock.render import NONE, Grid, Screen, ago, clip, escaped, header, iso, took, when
 from pglock.report import History, RunRow, Summary
 from pglock.schedule import MISSED_LIMIT
 from pglock.status import Status
@@ -68,7 +68,7 @@ def status_cells(job: Job, state: str) -> list[str]:
     running_for = job.running_for
     return [
         job.name, state,
-        f"{lock.holder}:{lock.holder_pid}" if lock else NONE,
+        f"{escaped(lock.holder)}:{lock.holder_pid}" if lock else NONE,
         lock.mode if lock else NONE,
         took(running_for) if running_for is not None else NONE,
         expiry(job, lock) if lock else NONE,
@@ -206,7 +206,8 @@ def runs_grid(runs: list[RunRow], now: datetime, *, with_job: bool, bars: bool =
     lengths = [_length(run, now) for run in runs]
     longest = max((n for n in lengths if n is not None), default=0.0)
     for run, length in zip(runs, lengths, strict=True):
-        cells = [when(run.started_at), *([run.job] if with_job else []), run.holder, run.outcome,
+        cells = [when(run.started_at), *([run.job] if with_job else []), escaped(run.holder),
+                 run.outcome,
                  exit_text(run), NONE if length is None else took(length)]
         if run.outcome == "running":
             cells[-1] = f"{cells[-1]} so far"
@@ -313,10 +314,11 @@ def holder_line(job: Job) -> str:
     """Who holds the job's lock, for the question `clear` asks."""
     lock = job.holding
     assert lock is not None
-    text = (f"job {job.name!r} is held by {lock.holder}:{lock.holder_pid} ({lock.mode} mode, "
+    text = (f"job {job.name!r} is held by {escaped(lock.holder)}:{lock.holder_pid} "
+            f"({lock.mode} mode, "
             f"token {lock.fencing_token}) for {took(job.seconds_since(lock.acquired_at))}")
     if job.lock_state is State.CLEARED:
-        text += f"; already cleared by {lock.cleared_by}, {expiry(job, lock)}"
+        text += f"; already cleared by {escaped(lock.cleared_by or NONE)}, {expiry(job, lock)}"
     return text
 
 
@@ -340,6 +342,7 @@ def cleared_line(done: Cleared) -> str:
     free = ("free for others now" if done.free_in < 0.5
             else f"free for others in {format_duration(done.free_in)} (at {when(done.free_at)}), "
                  "once the holder has had its time to stop")
-    return (f"cleared job {done.job!r} from {lock.holder}:{lock.holder_pid} ({lock.mode} mode, "
+    return (f"cleared job {done.job!r} from {escaped(lock.holder)}:{lock.holder_pid} "
+            f"({lock.mode} mode, "
             f"token {lock.fencing_token}); its next renewal fails and it stops its command; "
             f"{free}; audit row {done.audit_id}")

@@ -4,6 +4,10 @@ The main thread waits here on the command's exit (a pidfd), a wake-up pipe (sign
 the heartbeat thread write to it) and a timeout computed from the nearest deadline: the
 lock's local deadline, --max-runtime, or the SIGKILL that follows a SIGTERM. Nothing in
 this loop waits on the database.
+
+When the command exits, the job is not done while processes it left behind run (a daemon
+it started): the loop goes on, polling for them, with the same deadlines; stopping the
+command stops them too (runner.Child.signal_family).
 """
 
 from __future__ import annotations
@@ -22,6 +26,10 @@ from pglock.errors import ExitStatus, Interrupted
 from pglock.heartbeat import Heartbeat
 from pglock.history import Outcome, RunResult
 from pglock.runner import FORWARDED, STOPPING, Child, exit_status
+
+# How often to look for the command's leftover processes once it has exited: they are
+# not our children to wait on, only to find in /proc.
+LINGER_POLL = 0.2
 
 
 class SignalGate:
@@ -53,7 +61,7 @@ class SignalGate:
             # its helpers would merely die of them.
             self.child.signal_leader(signum)
             return
-        self.child.signal_group(signum, resume=False)
+        self.child.signal_family(signum, resume=False)
         if self.stop_signal is None:
             self.stop_signal = signum
 
@@ -91,18 +99,27 @@ class Supervision:
         selector.register(self.gate.wake_r, selectors.EVENT_READ)
         try:
             while (returncode := self.child.poll()) is None:
-                self._check(clock.now())
-                for key, _ in selector.select(self._timeout(exit_fd is None)):
-                    if key.fd == self.gate.wake_r:
-                        os.read(self.gate.wake_r, 512)
+                self._pause(selector, self._timeout(exit_fd is None))
+            if exit_fd is not None:
+                selector.unregister(exit_fd)
+            # The lock is held until whatever the command left running has exited too.
+            while self.child.lingering():
+                self._pause(selector, min(self._timeout(False), LINGER_POLL))
         finally:
             selector.close()
             if exit_fd is not None:
                 os.close(exit_fd)
         if self.lost or self.timed_out:
             # The leader is gone; nothing else of the group may go on working unlocked.
-            self.child.signal_group(signal.SIGKILL)
+            self.child.signal_family(signal.SIGKILL)
         return returncode
+
+    def _pause(self, selector: selectors.BaseSelector, timeout: float) -> None:
+        """Act on what is due, then sleep until the next deadline, a signal or a wake-up."""
+        self._check(clock.now())
+        for key, _ in selector.select(timeout):
+            if key.fd == self.gate.wake_r:
+                os.read(self.gate.wake_r, 512)
 
     def _check(self, now: float) -> None:
         if self.lost is None and (self.heartbeat.lost_reason or now >= self.heartbeat.lost_at()):
@@ -116,12 +133,13 @@ class Supervision:
         if self.gate.stop_signal is not None and self.kill_at is None:
             self.kill_at = now + self.kill_after
         if self.kill_at is not None and now >= self.kill_at:
-            self.child.signal_group(signal.SIGKILL)
+            # Again at every turn once due: a leftover process may have forked meanwhile.
+            self.child.signal_family(signal.SIGKILL)
             self.kill_at = float("inf")
 
     def _stop(self, now: float, grace: float) -> None:
         if self.kill_at is None or self.kill_at == float("inf"):
-            self.child.signal_group(signal.SIGTERM)
+            self.child.signal_family(signal.SIGTERM)
             self.kill_at = now + grace
         else:
             self.kill_at = min(self.kill_at, now + grace)

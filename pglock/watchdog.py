@@ -18,7 +18,7 @@ import struct
 import time
 
 from pglock import clock
-from pglock.runner import death_with_parent
+from pglock.runner import death_with_parent, descendants
 
 _RECORD = struct.Struct("d")
 _FIRED = 3
@@ -27,12 +27,13 @@ _FIRED = 3
 class Watchdog:
     """The watching process, seen from pglock."""
 
-    def __init__(self, pgid: int, deadline: float, grace: float) -> None:
+    def __init__(self, pgid: int, deadline: float, grace: float, *,
+                 family: bool = False) -> None:
         read_end, self._write_end = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:  # pragma: no cover (the child never returns)
             os.close(self._write_end)
-            _watch(read_end, pgid, deadline, grace)
+            _watch(read_end, pgid, deadline, grace, family)
         os.close(read_end)
         os.set_blocking(self._write_end, False)
 
@@ -49,7 +50,7 @@ class Watchdog:
         return os.waitstatus_to_exitcode(status) == _FIRED
 
 
-def _watch(read_end: int, pgid: int, deadline: float, grace: float) -> None:
+def _watch(read_end: int, pgid: int, deadline: float, grace: float, family: bool) -> None:
     """The child: only os calls from here on, and never a return into pglock's code."""
     fired = False
     try:
@@ -70,7 +71,7 @@ def _watch(read_end: int, pgid: int, deadline: float, grace: float) -> None:
             remaining = deadline - clock.now()
             if remaining <= 0:
                 fired = True
-                _stop(pgid, grace)
+                _stop(pgid, grace, family)
                 break
             readable, _, _ = select.select([read_end], [], [], remaining)
             if readable:
@@ -84,16 +85,21 @@ def _watch(read_end: int, pgid: int, deadline: float, grace: float) -> None:
         os._exit(_FIRED if fired else 0)
 
 
-def _stop(pgid: int, grace: float) -> None:
+def _stop(pgid: int, grace: float, family: bool) -> None:
     for signum in (signal.SIGTERM, signal.SIGCONT):
-        _signal(pgid, signum)
+        _signal(pgid, signum, family)
     time.sleep(grace)
-    _signal(pgid, signal.SIGKILL)
+    _signal(pgid, signal.SIGKILL, family)
 
 
-def _signal(pgid: int, signum: int) -> None:
+def _signal(pgid: int, signum: int, family: bool) -> None:
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(pgid, signum)
+    if family:
+        # What the command left outside its group hangs below pglock (our parent).
+        for pid in descendants(os.getppid(), {os.getpid()}):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
 
 
 def _die_with_parent() -> None:

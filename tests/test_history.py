@@ -91,6 +91,8 @@ def test_prune_keeps_running_rows_and_each_jobs_latest_run(env: Env) -> None:
 # Messages that need no database are pinned in-process (tests/unit/test_cli.py).
 @pytest.mark.parametrize(("args", "code", "says"), [
     (["history", "--outcome", "exploded"], 2, "--outcome: 'exploded' is not one of"),
+    (["history", "--since", "yesterday"], 2, "--since: 'yesterday' is not a duration"),
+    (["history", "--limit", "0"], 2, "--limit: 0 is out of range (1 to 100000)"),
     (["history", "--job", "never-seen"], 1, "no job named 'never-seen' has run here"),
     (["status", "--job", "never-seen"], 1, "no job named 'never-seen' has run here"),
     (["status", "--json", "--watch"], 2, "--json and --watch do not go together"),
@@ -109,7 +111,7 @@ def test_unreachable_database_exits_125(env: Env) -> None:
     result = env.run("status", "--dsn", "host=127.0.0.1 port=1 password=hunter2",
                      "--connect-timeout", "1s")
     assert result.returncode == 125
-    assert "127.0.0.1:1/" in one_line(result.stderr) and "hunter2" not in result.stderr
+    assert "127.0.0.1:1" in one_line(result.stderr) and "hunter2" not in result.stderr
 
 
 def complete(env: Env, line: str, dsn: str | None = None) -> subprocess.CompletedProcess[str]:

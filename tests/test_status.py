@@ -80,10 +80,10 @@ def test_status_on_a_terminal_has_colour_unless_no_color_and_watch_redraws(env: 
     assert code == 0 and "broken" in drawn and COLOUR.search(drawn)
     code, drawn = on_terminal(env, "status", extra_env={"NO_COLOR": "1"})
     assert code == 0 and "x failed" in drawn and not COLOUR.search(drawn)
-    code, drawn = on_terminal(env, "status", "--watch", "--interval", "0.2s", until="broken")
+    code, drawn = on_terminal(env, "status", "--watch", "--interval", "0.5s", until="broken")
     assert code == 0 and drawn.count("broken") >= 2
     # Off a terminal --watch repeats plain screens, without escapes, until Ctrl-C.
-    process = env.popen("status", "--watch", "--interval", "0.2s")
+    process = env.popen("status", "--watch", "--interval", "0.5s")
     assert process.stdout is not None
     seen = ""
     while seen.count("pglock status:") < 2:

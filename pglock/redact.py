@@ -1,0 +1,103 @@
+"""Passwords out of any text that may hold a DSN, and the parts of a DSN safe to show.
+
+pglock never builds a message from a whole DSN; this is the second line of defence for
+text it does not build itself (a library's error message), and the one place that
+knows which parts of a DSN are safe to name.
+"""
+
+from __future__ import annotations
+
+import os
+import re
+from dataclasses import dataclass
+
+HIDDEN = "***"
+
+# Keyword form: password=secret, password = 'it''s', password='a b\' c' (quotes may not
+# close: the rest of the text goes with it). Also a URI's ?password=... parameter.
+_KEYWORD = re.compile(
+    r"(?P<key>\bpassword\s*=\s*)(?:'(?:\\.|[^'\\])*(?:'|$)|\S+)", re.IGNORECASE | re.DOTALL)
+# URI form: scheme://user:pass@host. A password may hold unencoded / @ : (base64 ones
+# hold /), so the user information runs to the last @ before any white space.
+_URI = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?P<userinfo>\S*@)", re.IGNORECASE)
+
+
+def redact(text: str) -> str:
+    """`text` with the password of every DSN fragment in it replaced by ***."""
+    text = _URI.sub(_hide_userinfo, text)
+    return _KEYWORD.sub(lambda m: m.group("key") + HIDDEN, text)
+
+
+def _hide_userinfo(match: re.Match[str]) -> str:
+    user, colon, _ = match.group("userinfo")[:-1].partition(":")
+    # A user name cannot hold an unencoded ":", so what follows the first one is secret.
+    return match.group("scheme") + user + (":" + HIDDEN if colon else "") + "@"
+
+
+@dataclass(frozen=True)
+class Place:
+    """Where a DSN points, from fields that cannot carry a password."""
+
+    host: str
+    port: str
+    dbname: str
+
+    def __str__(self) -> str:
+        return f"{self.host}:{self.port}" + (f"/{self.dbname}" if self.dbname else "")
+
+
+_URI_PREFIX = re.compile(r"postgres(?:ql)?://", re.IGNORECASE)
+# What a host, port or database name holds; anything else is shown by nobody.
+_SAFE_FIELD = re.compile(r"[\w.\-,\[\]:%/]*")
+
+
+def _userinfo(conninfo: str) -> str | None:
+    """A URI's user information as a human reads it (up to the last @), or None."""
+    stripped = conninfo.strip()
+    prefix = _URI_PREFIX.match(stripped)
+    if prefix is None:
+        return None
+    userinfo, at, _ = stripped[prefix.end():].rpartition("@")
+    return userinfo if at else None
+
+
+def misread(conninfo: str) -> bool:
+    """A URI whose user information holds an unencoded / or @: libpq reads it only up to
+    the first of them, so part of the password lands in host, port or database name."""
+    userinfo = _userinfo(conninfo)
+    return userinfo is not None and ("/" in userinfo or "@" in userinfo)
+
+
+def secrets(conninfo: str, parsed: dict[str, str]) -> list[str]:
+    """Every password the DSN and the environment may carry, longest first."""
+    found = [parsed.get("password") or "", os.environ.get("PGPASSWORD") or ""]
+    userinfo = _userinfo(conninfo)
+    if userinfo is not None:
+        found.append(userinfo.partition(":")[2])
+    return sorted({s for s in found if s}, key=len, reverse=True)
+
+
+def place(conninfo: str, parsed: dict[str, str]) -> Place | None:
+    """host:port/dbname of a DSN libpq parsed as `parsed` (libpq's variables filling the
+    gaps, as libpq does); None when unsure they carry no part of a password."""
+    if misread(conninfo):
+        return None
+    env = os.environ
+    host = (parsed.get("host") or parsed.get("hostaddr") or env.get("PGHOST")
+            or env.get("PGHOSTADDR") or "localhost")
+    port = parsed.get("port") or env.get("PGPORT") or "5432"
+    dbname = (parsed.get("dbname") or env.get("PGDATABASE") or parsed.get("user")
+              or env.get("PGUSER") or "")
+    fields = (host, port, dbname)
+    if not all(_SAFE_FIELD.fullmatch(f) for f in fields):
+        return None
+    if any(s in f for s in secrets(conninfo, parsed) for f in fields):
+        return None
+    return Place(host, port, dbname)
+
+
+def scrubbed(text: str, conninfo: str, parsed: dict[str, str]) -> str:
+    """A library's message about this DSN with every password it may quote hidden."""
+    for secret in secrets(conninfo, parsed):
+        text = text.replace(secret, HIDDEN)
+    return redact(text)
