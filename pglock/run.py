@@ -154,11 +154,12 @@ def acquire(session: Reconnecting, claim: lease.Lease, options: RunOptions,
             if outcome is lease.Attempt.WON:
                 return sent
             remaining = deadline - clock.now()
-            if claim.mode == "advisory" and remaining > 0:
-                lease.note_waiting(conn, claim)
             if outcome is lease.Attempt.SLOT_RAN or remaining <= 0:
                 log.debug("job %r: skipped: %s", options.job, outcome.value)
                 return None
+            if claim.mode == "advisory":
+                # A held session lock short-cuts the acquire statement, which notes it.
+                lease.note_waiting(conn, claim)
             attempt += 1
             time.sleep(min(remaining, random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2**attempt)))
 
