@@ -152,14 +152,19 @@ def run(
         help="Expiring row lock, or PostgreSQL session advisory lock (not through a "
              "transaction-pooling PgBouncer).")] = "lease",
     ttl: Annotated[str, typer.Option(envvar="PGLOCK_TTL", metavar="DURATION",
-        help="Lease length; renewed every ttl/3 while the command runs.")] = "60s",
+        help="Lease length (at least 5s); renewed every ttl/3 while the command runs.")] = "60s",
     wait: Annotated[str, typer.Option(envvar="PGLOCK_WAIT", metavar="DURATION",
         help="Wait up to this long for the lock instead of skipping at once.")] = "0",
     jitter: Annotated[str, typer.Option(envvar="PGLOCK_JITTER", metavar="DURATION",
         help="Sleep a random 0..DURATION before trying (spreads a fleet's load).")] = "0",
-    min_hold: Annotated[str, typer.Option(envvar="PGLOCK_MIN_HOLD", metavar="DURATION",
+    min_hold: Annotated[str | None, typer.Option(envvar="PGLOCK_MIN_HOLD", metavar="DURATION",
+        show_default=False,
         help="Keep the lock at least this long after the start, so a host whose clock "
-             "lags cannot rerun the same trigger.")] = "0",
+             "lags cannot rerun the same trigger [default: 20s + --jitter after pglock "
+             "started; 0 with --schedule].")] = None,
+    rerun: Annotated[bool, typer.Option("--rerun",
+        help="A deliberate rerun: take the lock even inside the hold of a run that "
+             "has ended (never while a command runs).")] = False,
     max_runtime: Annotated[str | None, typer.Option(envvar="PGLOCK_MAX_RUNTIME",
         metavar="DURATION", show_default=False,
         help="Stop the command after this long (SIGTERM, then SIGKILL); exit 124.")] = None,
@@ -173,11 +178,13 @@ def run(
     holder: Annotated[str | None, typer.Option(envvar="PGLOCK_HOLDER", show_default=False,
         metavar="NAME",
         help="Identity recorded and shown [default: host name].")] = None,
-    schedule: Annotated[str | None, typer.Option(metavar="CRON", show_default=False,
+    schedule: Annotated[str | None, typer.Option(envvar="PGLOCK_SCHEDULE", metavar="CRON",
+        show_default=False,
         help="The job's crontab expression: each slot runs once, overdue slots show in "
              "status and check.")] = None,
     tz: Annotated[str | None, typer.Option(envvar="PGLOCK_TZ", metavar="ZONE",
-        show_default=False, help="Time zone the schedule is read in [default: local].")] = None,
+        show_default=False, help="Time zone the schedule is read in [default: CRON_TZ, "
+                                 "else TZ, else the host's].")] = None,
     deadline: Annotated[str | None, typer.Option(envvar="PGLOCK_DEADLINE", metavar="DURATION",
         show_default=False,
         help="With --schedule: do not run when starting more than this after the slot.")] = None,
@@ -218,7 +225,7 @@ def run(
         ttl=parse_duration(ttl, option="--ttl"),
         wait=parse_duration(wait, option="--wait"),
         jitter=parse_duration(jitter, option="--jitter"),
-        min_hold=parse_duration(min_hold, option="--min-hold"),
+        min_hold=_optional_duration(min_hold, "--min-hold"), rerun=rerun,
         max_runtime=_optional_duration(max_runtime, "--max-runtime"),
         kill_after=parse_duration(kill_after, option="--kill-after"),
         on_lost=on_lost, conflict_exit_code=conflict_exit_code,

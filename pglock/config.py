@@ -97,7 +97,30 @@ def resolve_target(dsn_option: str | None) -> Target:
         return Target(dsn, f"config file {shown(str(path))}")
     if any(os.environ.get(name) for name in _LIBPQ_VARIABLES):
         return Target("", "libpq environment (PGHOST, PGSERVICE, ...)")
+    forbidden_by = _embedded_forbidden_by(path, values)
+    if forbidden_by is not None:
+        raise ConfigError(f"no database configured, and {forbidden_by} forbids the embedded "
+                          "one: set PGLOCK_DSN, or dsn in /etc/pglock/config.toml")
     return Target(None, "embedded")
+
+
+_FALSE, _TRUE = ("0", "false", "no", "off"), ("1", "true", "yes", "on")
+
+
+def _embedded_forbidden_by(path: Path | None, values: dict[str, object]) -> str | None:
+    """What forbids the embedded fallback (PGLOCK_EMBEDDED=0, embedded = false), or None.
+
+    A fleet host must never run its jobs alone because its configuration went missing.
+    """
+    variable = os.environ.get("PGLOCK_EMBEDDED", "").strip().lower()
+    if variable:
+        if variable not in _FALSE + _TRUE:
+            raise ConfigError(f"PGLOCK_EMBEDDED: {variable!r} is not 0 or 1")
+        return f"PGLOCK_EMBEDDED={variable}" if variable in _FALSE else None
+    allowed = values.get("embedded", True)
+    if not isinstance(allowed, bool):
+        raise ConfigError(f"config file {path}: embedded must be true or false")
+    return None if allowed else f"embedded = false in {path}"
 
 
 def configured_schema(schema_option: str | None) -> str:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import random
 import re
 import time
@@ -194,6 +195,12 @@ def opened(target: Target) -> Iterator[str]:
         conninfo = server.join()
     except embedded.EmbeddedError as error:
         raise DatabaseError(str(error)) from error
+    if server.created:
+        # Said once per host, when the cluster is made: a host whose DSN went missing
+        # must not run its jobs alone without a word.
+        logging.getLogger("pglock").warning(
+            "using an embedded PostgreSQL private to this host under %s; set PGLOCK_DSN "
+            "for a fleet", server.data_dir)
     try:
         yield conninfo
     finally:

@@ -137,6 +137,8 @@ class EmbeddedServer:
         self.settings = dict(settings or {})
         self._users_fd: int | None = None
         self._conninfo: str | None = None
+        # This process made the cluster (initdb): its first use on this host.
+        self.created = False
 
     @property
     def conninfo(self) -> str:
@@ -285,6 +287,7 @@ class EmbeddedServer:
             fresh.rename(self.pgdata)
         except OSError as exc:
             raise EmbeddedError(f"cannot create {self.pgdata}: {exc.strerror}") from None
+        self.created = True
 
     def _socket_dir(self) -> Path:
         """Return the socket directory: pgdata itself unless that path is too long."""

@@ -31,11 +31,13 @@ class ExitStatus(enum.IntEnum):
                REPORTS)
     USAGE = (2, "usage error: bad option, duration, size or job name; no command given",
              EVERY)
-    CONFLICT = (75, "not run: the lock is held elsewhere, the slot already ran, or past "
-                    "--deadline (see --conflict-exit-code)", RUN)
+    CONFLICT = (75, "not run: the lock is held elsewhere (or in the hold of a run that just "
+                    "ended), the slot already ran, the job is paused, or past --deadline "
+                    "(see --conflict-exit-code)", RUN)
     TIMED_OUT = (124, "the command was stopped by --max-runtime, as timeout(1) does", RUN)
     INTERNAL = (125, "pglock itself failed: database unreachable, a schema it cannot use, "
-                     "bad configuration, lock lost, output that cannot be written", EVERY)
+                     "bad configuration, lock lost (or found cleared or taken over when "
+                     "released), output that cannot be written", EVERY)
     CANNOT_EXECUTE = (126, "the command exists but could not be executed", RUN)
     NOT_FOUND = (127, "the command was not found", RUN)
     # 128+N: the signal's number is added, as a shell reports a process it killed.

@@ -177,9 +177,9 @@ def start(conn: psycopg.Connection[Any], schema: str, *, job: str, mode: str, ho
     return StartedRun(id=row[0], started_at=row[1])
 
 
-def finish(conn: psycopg.Connection[Any], schema: str, run_id: int, result: RunResult) -> None:
-    """Complete the run's row and the job's summary; repeating it changes nothing."""
-    conn.execute(query(FINISH, schema), {
+def finish(conn: psycopg.Connection[Any], schema: str, run_id: int, result: RunResult) -> bool:
+    """Complete the run's row and the job's summary; repeating it changes nothing (False)."""
+    return conn.execute(query(FINISH, schema), {
         "run_id": run_id, "duration": timedelta(seconds=result.duration),
         "exit_code": result.exit_code, "signal": result.signal, "outcome": str(result.outcome),
-        "error": result.error, "output_tail": result.output_tail, "empty": Jsonb({})})
+        "error": result.error, "output_tail": result.output_tail, "empty": Jsonb({})}).rowcount > 0

@@ -5,7 +5,10 @@ ours, in one statement (with a schedule, only while the slot has no run); each
 acquisition bumps the fencing token, and the row is never deleted, so the token never
 goes down. Renew pushes the expiry out only while the row still carries our holder id
 and token and has not been cleared: zero rows means lost.
-Release expires the row (after --min-hold) instead of deleting it.
+Release expires the row at the end of its hold instead of deleting it: until then a
+fresh trigger (a host whose cron fired the same minute a little later) finds the lock
+held, while a contender that was waiting for this holder (`--wait`) or asks for a
+deliberate rerun (`--rerun`) may take it over.
 """
 
 from __future__ import annotations
@@ -42,11 +45,26 @@ WITH slot_ran AS (
         released_at = NULL, backend_pid = excluded.backend_pid,
         cleared_at = NULL, cleared_by = NULL
     WHERE l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
-       -- Holding the advisory lock proves an advisory row's holder is gone.
-       OR (%(advisory_held)s AND l.mode = 'advisory' AND l.cleared_at IS NULL)
+       -- Holding the advisory lock proves an unreleased advisory row's holder is gone.
+       OR (%(advisory_held)s AND l.mode = 'advisory' AND l.cleared_at IS NULL
+           AND l.released_at IS NULL)
+       -- Released but in its hold: only a handover to a contender that waited for this
+       -- holder (or an earlier one), or a deliberate rerun.
+       OR (l.released_at IS NOT NULL
+           AND (%(rerun)s OR l.fencing_token >= %(handover_from)s::bigint))
     RETURNING fencing_token
 )
-SELECT (SELECT ran FROM slot_ran), (SELECT fencing_token FROM taken)
+SELECT (SELECT ran FROM slot_ran), (SELECT fencing_token FROM taken),
+       (SELECT CASE WHEN released_at IS NULL THEN fencing_token ELSE fencing_token + 1 END
+        FROM {schema}.locks WHERE job = %(job)s)
+"""
+
+# The first holder a contender that starts waiting now may take over from at its
+# release: the one running, or (a lock released and in its hold, so that run was a
+# trigger before ours) whoever takes the lock next.
+HANDOVER_FROM = """
+SELECT CASE WHEN released_at IS NULL THEN fencing_token ELSE fencing_token + 1 END
+FROM {schema}.locks WHERE job = %(job)s
 """
 
 RENEW = """
@@ -63,6 +81,7 @@ SET expires_at = greatest(clock_timestamp(), acquired_at + %(min_hold)s),
     released_at = clock_timestamp()
 WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
   AND cleared_at IS NULL
+RETURNING released_at
 """
 
 
@@ -82,13 +101,19 @@ class Lease:
     backend_pid: int | None = None
     # With --schedule: the slot this claim is for.
     slot: datetime | None = None
+    # While waiting (--wait): the first fencing token whose holder may hand the lock
+    # over at its release, inside its hold. None: not waiting yet.
+    handover_from: int | None = None
+    # --rerun: a deliberate run that may take a released lock inside its hold.
+    rerun: bool = False
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The lease as query parameters."""
         return {"job": self.job, "mode": self.mode, "holder": self.holder,
                 "holder_pid": self.holder_pid, "holder_id": self.holder_id,
                 "fencing_token": self.fencing_token, "ttl": timedelta(seconds=self.ttl),
-                "backend_pid": self.backend_pid, "slot": self.slot, **extra}
+                "backend_pid": self.backend_pid, "slot": self.slot,
+                "handover_from": self.handover_from, "rerun": self.rerun, **extra}
 
 
 class Attempt(enum.Enum):
@@ -105,10 +130,12 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Lease, *,
     row = conn.execute(query(ACQUIRE, lease.schema),
                        lease.params(advisory_held=advisory_held)).fetchone()
     assert row is not None
-    ran, token = row
+    ran, token, handover_from = row
     if ran:
         return Attempt.SLOT_RAN
     if token is None:
+        if lease.handover_from is None:
+            lease.handover_from = handover_from
         return Attempt.HELD
     lease.fencing_token = token
     return Attempt.WON
@@ -119,7 +146,17 @@ def renew(conn: psycopg.Connection[Any], lease: Lease) -> bool:
     return conn.execute(query(RENEW, lease.schema), lease.params()).fetchone() is not None
 
 
-def release(conn: psycopg.Connection[Any], lease: Lease, min_hold: float = 0) -> None:
-    """Let the lease expire now, or at acquisition + min_hold if that is later."""
-    conn.execute(query(RELEASE, lease.schema),
-                 lease.params(min_hold=timedelta(seconds=min_hold)))
+def note_waiting(conn: psycopg.Connection[Any], lease: Lease) -> None:
+    """Remember whom we wait for, when the acquire statement did not run (advisory mode)."""
+    if lease.handover_from is None:
+        row = conn.execute(query(HANDOVER_FROM, lease.schema), lease.params()).fetchone()
+        lease.handover_from = None if row is None else row[0]
+
+
+def release(conn: psycopg.Connection[Any], lease: Lease, min_hold: float = 0) -> bool:
+    """Let the lease expire now, or at acquisition + min_hold if that is later.
+
+    False: the lock was no longer ours (cleared, or taken over after it expired).
+    """
+    return conn.execute(query(RELEASE, lease.schema),
+                        lease.params(min_hold=timedelta(seconds=min_hold))).fetchone() is not None

@@ -31,6 +31,12 @@ from pglock.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
+# Without --schedule or --min-hold, a released lock stays held this long after pglock
+# started (plus --jitter): the hosts of a fleet, whose clocks differ by up to 10 s, fire
+# one cron trigger within that window, and the next minute's trigger comes after it
+# (docs/lease.md, "The hold").
+DEFAULT_HOLD = 20.0
+
 
 @dataclass(frozen=True)
 class RunOptions:
@@ -43,7 +49,9 @@ class RunOptions:
     ttl: float = 60.0
     wait: float = 0.0
     jitter: float = 0.0
-    min_hold: float = 0.0
+    # None: DEFAULT_HOLD (0 with --schedule, whose slot runs once anyway).
+    min_hold: float | None = None
+    rerun: bool = False
     max_runtime: float | None = None
     kill_after: float = 10.0
     on_lost: str = "kill"
@@ -83,6 +91,8 @@ class RunOptions:
         check_text(self.holder, "--holder")
         if not self.holder or len(self.holder) > 200:
             raise UsageError("--holder must be 1-200 characters")
+        if self.min_hold is not None and self.min_hold < 0:
+            raise UsageError("--min-hold must not be negative")
         output.check_tail_size(self.output_tail)
         self._validate_schedule()
 
@@ -98,6 +108,25 @@ class RunOptions:
             if value is not None and not (math.isfinite(value) and bounds.admits(value)):
                 raise UsageError(f"{option}: {value:g}s is out of range ({bounds.text()})")
 
+    def zone(self) -> tuple[str | None, str]:
+        """The schedule's zone (None: the host's) and where it was set."""
+        from pglock import schedule
+
+        zone, source = schedule.zone_setting(self.tz, os.environ)
+        return zone, source
+
+    def hold(self, started: float, sent: float) -> float:
+        """How long after its acquisition (sent at `sent`) the lock stays held once released.
+
+        The default counts from pglock's start (`started`, before --jitter), the moment
+        cron fired this trigger, so it ends when every host's start of it is over.
+        """
+        if self.min_hold is not None:
+            return self.min_hold
+        if self.schedule is not None:
+            return 0.0
+        return max(0.0, DEFAULT_HOLD + self.jitter - (sent - started))
+
     def _validate_schedule(self) -> None:
         if self.schedule is None:
             for name, value in (("--tz", self.tz), ("--deadline", self.deadline),
@@ -107,7 +136,8 @@ class RunOptions:
             return
         from pglock import schedule
 
-        schedule.parse(self.schedule, self.tz)
+        zone, source = self.zone()
+        schedule.parse(self.schedule, zone, zone_source=source)
         if self.deadline is not None and self.deadline <= 0:
             raise UsageError("--deadline must be more than 0")
 
@@ -121,7 +151,8 @@ def plan_slot(options: RunOptions) -> tuple[history.Scheduled | None, float]:
     # Cron started us by this host's clock, so the slot is read on it (the same for every
     # host whose clock is within the interval); the deadline then runs on the stopwatch.
     wall, started = datetime.now(UTC), clock.now()
-    plan = schedule.parse(options.schedule, options.tz)
+    zone, source = options.zone()
+    plan = schedule.parse(options.schedule, zone, zone_source=source)
     info = schedule.slot_info(plan, wall)
     grace = info.default_grace if options.grace is None else options.grace
     scheduled = history.Scheduled(plan.expr, plan.zone, info.slot, info.next, grace)
@@ -150,6 +181,9 @@ def acquire(session: Reconnecting, claim: lease.Lease, options: RunOptions,
             if outcome is lease.Attempt.SLOT_RAN or remaining <= 0:
                 log.debug("job %r: skipped: %s", options.job, outcome.value)
                 return None
+            if claim.mode == "advisory":
+                # A held session lock short-cuts the acquire statement, which notes it.
+                lease.note_waiting(conn, claim)
             attempt += 1
             time.sleep(min(remaining, random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2**attempt)))
 
@@ -175,20 +209,43 @@ def _try_acquire(session: Reconnecting, conn: psycopg.Connection[Any],
     return attempt
 
 
+def lost_at_release(result: RunResult) -> RunResult:
+    """The result of a run whose lock was cleared or taken over before it released it."""
+    return dataclasses.replace(
+        result, outcome=Outcome.LOCK_LOST,
+        error="lock lost: it was cleared or taken over before the command ended")
+
+
 def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: RunResult,
-               min_hold: float) -> str | None:
-    """Write the end of the run, retrying across reconnects; why it never took, or None."""
-    patience = max(session.timeout, claim.ttl)
+               hold: float) -> tuple[RunResult, str | None]:
+    """Write the end of the run and release the lock, retrying across reconnects.
+
+    The result as recorded (lock_lost when the release found the lock no longer ours),
+    and why the write never took, or None.
+    """
+    # A run that lost its lock to an outage has waited long enough: the lock is gone,
+    # and the next acquirer marks the run abandoned. Otherwise a blip at the end of a
+    # run is ridden out for up to a ttl, the time the lease lasts anyway.
+    patience = session.timeout if result.outcome is Outcome.LOCK_LOST else max(
+        session.timeout, claim.ttl)
     deadline = clock.now() + patience
     failure: str | None = "the database did not answer"
+    recorded = result
 
     def attempts() -> None:
-        nonlocal failure
+        nonlocal failure, recorded
         while True:
             try:
                 conn = session.get()
-                history.finish(conn, claim.schema, run_id, result)
-                lease.release(conn, claim, min_hold)
+                # One transaction: nobody sees the lock free before the run has ended.
+                with conn.transaction():
+                    ours = lease.release(conn, claim, hold)
+                    final = result if ours or result.outcome is Outcome.LOCK_LOST else (
+                        lost_at_release(result))
+                    # Nothing written: an earlier attempt of ours did commit, before the
+                    # connection broke, and its release found the lock ours.
+                    if history.finish(conn, claim.schema, run_id, final):
+                        recorded = final
                 failure = None
                 return
             except (psycopg.Error, PglockError) as error:
@@ -203,7 +260,7 @@ def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: R
     writer = threading.Thread(target=attempts, name="pglock-record", daemon=True)
     writer.start()
     writer.join(patience + 1.0)
-    return failure
+    return recorded, failure
 
 
 # What the command finds in its environment (man pglock-run, ENVIRONMENT).
@@ -229,6 +286,7 @@ def command_environment(options: RunOptions, claim: lease.Lease, run_id: int) ->
 
 def execute(options: RunOptions, conninfo: str) -> int:
     """Run the command under the job's lock; pglock's exit code."""
+    started = clock.now()
     scheduled, start_by = plan_slot(options)
     gate = SignalGate()
     gate.install()
@@ -241,13 +299,14 @@ def execute(options: RunOptions, conninfo: str) -> int:
         user_timeout=2 * advisory.CHECK_INTERVAL if options.mode == "advisory" else None)
     claim = lease.Lease(job=options.job, schema=options.schema, ttl=options.ttl,
                         mode=options.mode, holder=options.holder,
-                        slot=None if scheduled is None else scheduled.slot)
+                        slot=None if scheduled is None else scheduled.slot, rerun=options.rerun)
     try:
         sent = acquire(session, claim, options, start_by)
         if sent is None:
             return options.conflict_exit_code
         try:
-            return _run_locked(session, claim, options, gate, sent, scheduled)
+            return _run_locked(session, claim, options, gate, sent, scheduled,
+                               options.hold(started, sent))
         except Interrupted:
             # Stopped before the command started: nothing ran, so nobody need wait for us.
             with contextlib.suppress(psycopg.Error, PglockError):
@@ -293,7 +352,7 @@ def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate:
 
 
 def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate: SignalGate,
-                sent: float, scheduled: history.Scheduled | None) -> int:
+                sent: float, scheduled: history.Scheduled | None, hold: float) -> int:
     capture = None
     if output.should_capture(options.output_tail, options.output_on_failure):
         capture = output.Capture(options.output_tail, options.output_on_failure)
@@ -305,11 +364,14 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
     run, child = started
     if isinstance(child, CannotStart):
         result = RunResult(Outcome.FAILED, int(child.exit_status), 0.0, error=str(child))
-        _finish(session, claim, run.id, result, options)
+        _finish(session, claim, run.id, result, options, hold)
         raise child
     heartbeat, watchdog = _keepers(session, claim, options, gate, sent, child)
     supervision = Supervision(child, heartbeat, gate, max_runtime=options.max_runtime,
                               kill_after=options.kill_after, on_lost=options.on_lost)
+    if watchdog is not None:
+        margin, terminated = heartbeat.margin, watchdog.terminated
+        supervision.on_terminated = lambda kill_at: terminated(kill_at + margin / 2)
     try:
         result, code = _supervise(supervision, capture, session, watchdog)
     except Exception as error:
@@ -318,14 +380,24 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
         child.process.wait()
         failure = RunResult(Outcome.FAILED, None, clock.now() - supervision.started,
                             error=f"pglock failed while the command ran: {error!r}")
-        _finish(session, claim, run.id, failure, options)
+        _finish(session, claim, run.id, failure, options, hold)
         raise
     if capture is not None:
         capture.release(failed=result.outcome is not Outcome.SUCCEEDED)
-    _finish(session, claim, run.id, result, options)
-    if result.outcome is Outcome.LOCK_LOST:
+    lost_running = result.outcome is Outcome.LOCK_LOST
+    result, unrecorded = _finish(session, claim, run.id, result, options, hold, say=False)
+    said = []
+    if lost_running:
         action = "stopped" if options.on_lost == "kill" else "let finish (--on-lost continue)"
-        log.warning("job %r: %s; the command was %s", options.job, result.error, action)
+        said.append(f"{result.error}; the command was {action}")
+    elif result.outcome is Outcome.LOCK_LOST:
+        said.append(f"{result.error} (found when releasing it)")
+        code = ExitStatus.INTERNAL
+    if unrecorded is not None:
+        said.append(_unrecorded(run.id, unrecorded))
+    if said:
+        # One line, whatever happened: cron mails it.
+        log.warning("job %r: %s", options.job, "; ".join(said))
     return code
 
 
@@ -377,9 +449,15 @@ def _supervise(supervision: Supervision, capture: output.Capture | None,
     return result, code
 
 
+def _unrecorded(run_id: int, failure: str) -> str:
+    return f"the end of run {run_id} could not be recorded ({failure}); it stays marked running"
+
+
 def _finish(session: Reconnecting, claim: lease.Lease, run_id: int, result: RunResult,
-            options: RunOptions) -> None:
-    failure = record_end(session, claim, run_id, result, options.min_hold)
-    if failure is not None:
-        log.warning("job %r: the end of run %d could not be recorded (%s); it stays marked "
-                    "running", options.job, run_id, failure)
+            options: RunOptions, hold: float, *, say: bool = True,
+            ) -> tuple[RunResult, str | None]:
+    """Record the end and release; with `say`, a failure to record is said here."""
+    result, failure = record_end(session, claim, run_id, result, hold)
+    if say and failure is not None:
+        log.warning("job %r: %s", options.job, _unrecorded(run_id, failure))
+    return result, failure

@@ -11,6 +11,7 @@ croniter costs some 60 ms to import: it is imported only once a schedule is pars
 from __future__ import annotations
 
 import os
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
 from functools import lru_cache
@@ -25,6 +26,9 @@ KEYWORDS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight"
 # Missed slots are counted up to here: a minutely job down for a year is "1000+", not a loop.
 MISSED_LIMIT = 1000
 MIN_GRACE = 60.0
+_EXPANDED = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+             "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+             "@hourly": "0 * * * *"}
 # croniter's get_prev is strictly before its start; a hair later makes "at or before".
 # Arithmetic and comparisons happen in UTC: in a zone, datetime drops `fold` on addition
 # and compares wall clocks, and the repeated hour of autumn would go wrong.
@@ -38,6 +42,16 @@ class Schedule:
     expr: str
     zone: str
     tz: tzinfo
+
+    @property
+    def wildcard(self) -> bool:
+        """Cron's "wildcard job": its minute or hour field starts with `*` (`*/5` too).
+
+        When the clock falls back, cron runs wildcard jobs again in the repeated hour, and
+        fixed-time jobs only in its first pass (Vixie cron, cronie).
+        """
+        fields = _EXPANDED.get(self.expr, self.expr).split()
+        return fields[0].startswith("*") or fields[1].startswith("*")
 
 
 @dataclass(frozen=True)
@@ -72,10 +86,25 @@ class Due:
         return self.missed > 0
 
 
-def parse(expr: str, zone: str | None = None) -> Schedule:
+def parse(expr: str, zone: str | None = None, *, zone_source: str = "--tz") -> Schedule:
     """Validate a crontab expression and zone (None: the host's); UsageError names the bad one."""
-    tz, name = resolve_zone(zone)
+    tz, name = resolve_zone(zone, zone_source)
     return _parse(" ".join(expr.split()), name, tz)
+
+
+def zone_setting(tz_option: str | None, environ: Mapping[str, str]) -> tuple[str | None, str]:
+    """The zone a schedule is read in, and where it was set: --tz (PGLOCK_TZ), CRON_TZ.
+
+    (None, ...) leaves it to `local_zone`: TZ, else /etc/localtime. CRON_TZ comes before
+    TZ as in cronie, where it sets the zone the crontab's fire times are read in (and is
+    passed on to the commands, pglock among them) while TZ only sets theirs.
+    """
+    if tz_option:
+        return tz_option, "--tz"
+    cron_tz = environ.get("CRON_TZ", "").lstrip(":")
+    if cron_tz:
+        return cron_tz, "CRON_TZ"
+    return None, "TZ"
 
 
 @lru_cache(maxsize=1024)
@@ -97,14 +126,14 @@ def _parse(text: str, zone: str, tz: tzinfo) -> Schedule:
     return schedule
 
 
-def resolve_zone(name: str | None) -> tuple[tzinfo, str]:
+def resolve_zone(name: str | None, source: str = "--tz") -> tuple[tzinfo, str]:
     """The zone and the name to store for it; None means the host's zone."""
     if name is None:
         return local_zone()
     try:
         return ZoneInfo(name), name
     except (ZoneInfoNotFoundError, ValueError, OSError):
-        raise UsageError(f"--tz: {name!r} is not a known time zone "
+        raise UsageError(f"{source}: {name!r} is not a known time zone "
                          "(examples: UTC, Europe/Berlin, America/New_York)") from None
 
 
@@ -144,22 +173,40 @@ def _utc(moment: datetime) -> datetime:
     return moment.astimezone(UTC)
 
 
+def fires(schedule: Schedule, at: datetime) -> bool:
+    """Whether cron starts the job at fire time `at` (croniter also yields the repeated
+    hour's second pass for a fixed-time job, which cron skips)."""
+    if schedule.wildcard:
+        return True
+    local = _utc(at).astimezone(schedule.tz)
+    return not (local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset())
+
+
+def _fire_times(schedule: Schedule, start: datetime, *, backward: bool = False,
+                ) -> Iterator[datetime]:
+    """The fire times cron starts after `start` (before it, backward), nearest first."""
+    times = _iterator(schedule, start)
+    step = times.get_prev if backward else times.get_next
+    while True:
+        moment: datetime = step(datetime)
+        if fires(schedule, moment):
+            yield moment
+
+
 def slot(schedule: Schedule, at: datetime) -> datetime:
     """The latest fire time at or before `at`, in the schedule's zone."""
-    result: datetime = _iterator(schedule, _utc(at) + _HAIR).get_prev(datetime)
-    return result
+    return next(_fire_times(schedule, _utc(at) + _HAIR, backward=True))
 
 
 def next_after(schedule: Schedule, at: datetime) -> datetime:
     """The first fire time strictly after `at`."""
-    result: datetime = _iterator(schedule, at).get_next(datetime)
-    return result
+    return next(_fire_times(schedule, at))
 
 
 def slot_info(schedule: Schedule, at: datetime) -> SlotInfo:
     """The slot of `at`, the slot before it and the one after (what `run` records)."""
     current = slot(schedule, at)
-    previous: datetime = _iterator(schedule, current).get_prev(datetime)
+    previous = next(_fire_times(schedule, current, backward=True))
     return SlotInfo(current, previous, next_after(schedule, current))
 
 
@@ -170,7 +217,7 @@ def due(schedule: Schedule, due_at: datetime, now: datetime, grace: float) -> Du
         return Due(due_at, due_at, 0)
     limit = _utc(now) - timedelta(seconds=grace)
     missed = 0
-    fires = _iterator(schedule, _utc(due_at) - _HAIR)
-    while missed < MISSED_LIMIT and _utc(fires.get_next(datetime)) < limit:
+    times = _fire_times(schedule, _utc(due_at) - _HAIR)
+    while missed < MISSED_LIMIT and _utc(next(times)) < limit:
         missed += 1
     return Due(due_at, next_after(schedule, now), missed)

@@ -16,7 +16,7 @@ import contextlib
 import os
 import selectors
 import signal
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
@@ -89,6 +89,9 @@ class Supervision:
     lost: str | None = None
     timed_out: bool = False
     kill_at: float | None = None
+    # Told the SIGKILL time when the lock is lost and the command gets its SIGTERM from
+    # here (the watchdog then need not send one of its own).
+    on_terminated: Callable[[float], None] | None = None
 
     def wait(self) -> int:
         """Block until the command exits; its return code."""
@@ -126,6 +129,8 @@ class Supervision:
             self.lost = self.heartbeat.lost_reason or "no renewal succeeded in time"
             if self.on_lost == "kill":
                 self._stop(now, self.heartbeat.grace)
+                if self.on_terminated is not None and self.kill_at is not None:
+                    self.on_terminated(self.kill_at)
         if (self.max_runtime is not None and not self.timed_out
                 and now >= self.started + self.max_runtime):
             self.timed_out = True

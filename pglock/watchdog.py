@@ -4,8 +4,11 @@ pglock enforces the lock's local deadline in its own main thread; a pglock that 
 stopped (SIGSTOP to its pid, a debugger) enforces nothing while its command, in a
 process group of its own, goes on. The watchdog is forked before any thread starts,
 learns each new deadline through a pipe, and SIGTERMs (then SIGKILLs) the command's
-group when the deadline passes first. It ends when the pipe closes: pglock finished,
-or died (and PR_SET_PDEATHSIG took the command along).
+group when the deadline passes first. Once pglock has sent the SIGTERM itself (the lock
+was lost while pglock was healthy), it says so, and the watchdog then only stands ready
+to SIGKILL if pglock has not by the time it should have: a command that handles
+SIGTERM never gets a second one. It ends when the pipe closes: pglock finished, or died
+(and PR_SET_PDEATHSIG took the command along).
 """
 
 from __future__ import annotations
@@ -43,6 +46,12 @@ class Watchdog:
         with contextlib.suppress(OSError):
             os.write(self._write_end, _RECORD.pack(deadline))
 
+    def terminated(self, kill_deadline: float) -> None:
+        """pglock sent the SIGTERM itself: from now on only SIGKILL, at `kill_deadline`."""
+        # A negative deadline is the message; the clock's times are all positive.
+        with contextlib.suppress(OSError):
+            os.write(self._write_end, _RECORD.pack(-kill_deadline))
+
     def stand_down(self) -> bool:
         """The command has ended: let the watchdog go; True if it had to stop the command."""
         os.close(self._write_end)
@@ -53,6 +62,7 @@ class Watchdog:
 def _watch(read_end: int, pgid: int, deadline: float, grace: float, family: bool) -> None:
     """The child: only os calls from here on, and never a return into pglock's code."""
     fired = False
+    terminated = False
     try:
         # Hold nothing of pglock's: not cron's stdout (its mail would wait for us), not the
         # output pipes (their reader would wait for EOF), not the database sockets.
@@ -71,16 +81,22 @@ def _watch(read_end: int, pgid: int, deadline: float, grace: float, family: bool
             remaining = deadline - clock.now()
             if remaining <= 0:
                 fired = True
-                _stop(pgid, grace, family)
+                if terminated:
+                    for signum in (signal.SIGCONT, signal.SIGKILL):
+                        _signal(pgid, signum, family)
+                else:
+                    _stop(pgid, grace, family)
                 break
             readable, _, _ = select.select([read_end], [], [], remaining)
             if readable:
                 data = os.read(read_end, 4096)
                 if not data:
                     break
-                usable = len(data) - len(data) % _RECORD.size
-                if usable:
-                    (deadline,) = _RECORD.unpack_from(data, usable - _RECORD.size)
+                for (value,) in _RECORD.iter_unpack(data[:len(data) - len(data) % _RECORD.size]):
+                    if value < 0:
+                        terminated, deadline = True, -value
+                    elif not terminated:
+                        deadline = value
     finally:
         os._exit(_FIRED if fired else 0)
 

@@ -16,8 +16,9 @@ def test_many_contenders_many_rounds_never_overlap(env: Env) -> None:
     marks, release = env.tmp / "marks", env.tmp / "release"
     rounds, contenders = 5, 20
     for round_number in range(rounds):
-        processes = [env.popen("run", "--job", "shared", "--holder", f"host-{i}", "--",
-                               *held_command(marks, release))
+        # Each round is a new trigger, deliberately run inside the last one's hold.
+        processes = [env.popen("run", "--job", "shared", "--holder", f"host-{i}", "--rerun",
+                               "--", *held_command(marks, release))
                      for i in range(contenders)]
         results = race(processes, release)
         assert results == [(0, "", "")] + [(75, "", "")] * (contenders - 1), round_number

@@ -80,8 +80,8 @@ def test_stop_signals_are_forwarded(env: Env, signum: int) -> None:
     assert not _alive(command_pid)
     [run] = env.runs("signalled")
     assert (run["outcome"], run["exit_code"], run["signal"]) == ("killed", 128 + signum, signum)
-    # The lock was released: the next run does not wait for the ttl.
-    assert env.run("run", "--job", "signalled", "--", "true").returncode == 0
+    # The lock was released: a rerun does not wait for the ttl.
+    assert env.run("run", "--job", "signalled", "--rerun", "--", "true").returncode == 0
 
 
 def test_usr1_is_forwarded_and_the_command_goes_on(env: Env) -> None:

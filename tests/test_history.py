@@ -16,8 +16,10 @@ from pglock.durations import format_duration
 def make_runs(env: Env) -> None:
     """timed: three successes and a failure, of growing length; other: one run on web-2."""
     for seconds in ("0.1", "0.3", "0.5"):
-        assert env.run("run", "--job", "timed", "--", "sleep", seconds).returncode == 0
-    assert env.run("run", "--job", "timed", "--", "sh", "-c", "sleep 0.7; exit 4").returncode == 4
+        assert env.run("run", "--job", "timed", "--rerun", "--", "sleep",
+                       seconds).returncode == 0
+    assert env.run("run", "--job", "timed", "--rerun", "--", "sh", "-c",
+                   "sleep 0.7; exit 4").returncode == 4
     assert env.run("run", "--job", "other", "--holder", "web-2", "--", "true").returncode == 0
 
 
@@ -72,11 +74,11 @@ def test_job_summary_figures_match_the_recorded_runs(env: Env) -> None:
 
 def test_prune_keeps_running_rows_and_each_jobs_latest_run(env: Env) -> None:
     for _ in range(3):
-        assert env.run("run", "--job", "a", "--", "true").returncode == 0
-        assert env.run("run", "--job", "b", "--", "true").returncode == 0
+        assert env.run("run", "--job", "a", "--rerun", "--", "true").returncode == 0
+        assert env.run("run", "--job", "b", "--rerun", "--", "true").returncode == 0
     refused = env.run("prune", "--older-than", "0", stdin=subprocess.DEVNULL)
     assert refused.returncode == 2 and "--yes" in one_line(refused.stderr)
-    with holding(env, "b", "--ttl", "5s"):
+    with holding(env, "b", "--ttl", "5s", "--rerun"):
         nothing = env.run("prune", "--older-than", "1h", "--yes")
         assert (nothing.returncode, nothing.stderr) == (0, "")
         assert nothing.stdout.startswith("deleted 0 runs")
@@ -154,8 +156,9 @@ def test_history_output_shows_each_runs_kept_tail(env: Env) -> None:
                       stdout=subprocess.DEVNULL)
     assert (failing.returncode, failing.stderr) == (2, "")
     assert env.runs("noisy")[0]["output_tail"] == KEPT
-    assert env.run("run", "--job", "noisy", "--output-tail", "0", "--", "true").returncode == 0
-    assert env.run("run", "--job", "noisy", "--output-tail", "12", "--", "sh", "-c",
+    assert env.run("run", "--job", "noisy", "--rerun", "--output-tail", "0", "--",
+                   "true").returncode == 0
+    assert env.run("run", "--job", "noisy", "--rerun", "--output-tail", "12", "--", "sh", "-c",
                    "printf 'cut here: 0123456789'").returncode == 0
     assert env.run("run", "--job", "quiet", "--", "true").returncode == 0
 

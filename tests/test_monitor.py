@@ -178,12 +178,12 @@ def test_reading_jobs_that_are_on_time_needs_no_cron_arithmetic(env: Env) -> Non
 
 def test_failures_in_a_row_count_until_a_success(env: Env) -> None:
     for _ in range(2):
-        assert env.run("run", "--job", "flaky", "--", "false").returncode == 1
+        assert env.run("run", "--job", "flaky", "--rerun", "--", "false").returncode == 1
     code, lines = check(env, "--job", "flaky", "--failures-warning", "1",
                         "--failures-critical", "3")
     assert code == 1 and "last run failed (exit 1), 2 in a row" in lines[1]
-    assert env.run("run", "--job", "flaky", "--", "false").returncode == 1
+    assert env.run("run", "--job", "flaky", "--rerun", "--", "false").returncode == 1
     assert check(env, "--job", "flaky", "--failures-critical", "3")[0] == 2
-    run_ok(env, "flaky")
+    run_ok(env, "flaky", "--rerun")
     assert check(env, "--job", "flaky")[0] == 0
     assert env.query("SELECT consecutive_failures FROM {schema}.jobs")[0][0] == 0

@@ -111,8 +111,8 @@ def peak_rss_kib(env: Env, *args: str) -> int:
 def test_capturing_much_output_costs_the_wrapper_little_memory(env: Env) -> None:
     flood = ["--", "sh", "-c", "head -c 10000000 /dev/zero; exit 1"]
     plain = peak_rss_kib(env, "--job", "flood", "--output-tail", "0", *flood)
-    tail = peak_rss_kib(env, "--job", "flood", *flood)
-    held = peak_rss_kib(env, "--job", "flood", "--output-on-failure", *flood)
+    tail = peak_rss_kib(env, "--job", "flood", "--rerun", *flood)
+    held = peak_rss_kib(env, "--job", "flood", "--rerun", "--output-on-failure", *flood)
     assert [r["output_tail"] is not None for r in env.runs("flood")] == [False, True, True]
     # 10 MB went through, or was held back (spilled to a file): the wrapper did not grow.
     assert tail - plain < 2048 and held - plain < 2048, (plain, tail, held)

@@ -136,7 +136,7 @@ PRINT_ENV = ["sh", "-c", 'printf "%s|%s|%s" "$PGLOCK_JOB" "$PGLOCK_RUN_ID" "$PGL
 
 
 def run_printing_env(env: Env, job: str) -> tuple[str, int, int]:
-    result = env.run("run", "--job", job, "--", *PRINT_ENV)
+    result = env.run("run", "--job", job, "--rerun", "--", *PRINT_ENV)
     assert (result.returncode, result.stderr) == (0, ""), result
     name, run_id, token = result.stdout.split("|")
     return name, int(run_id), int(token)
@@ -175,7 +175,7 @@ def test_history_rows_and_job_summary(env: Env) -> None:
     pids = []
     summaries = []
     for command in commands:
-        process = env.popen("run", "--job", job, "--", *command)
+        process = env.popen("run", "--job", job, "--rerun", "--", *command)
         stdout, stderr = process.communicate(timeout=60)
         assert (stdout, stderr) == ("", "")
         pids.append(process.pid)
@@ -223,7 +223,7 @@ def test_success_prints_exactly_the_commands_output(env: Env) -> None:
     assert result.returncode == 0
     assert result.stdout == "first\nno newline"
     assert result.stderr == "to-stderr\n"
-    quiet = env.run("run", "--job", "out", "--", "echo", "hello")
+    quiet = env.run("run", "--job", "out", "--rerun", "--", "echo", "hello")
     assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "hello\n", "")
 
 

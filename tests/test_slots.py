@@ -81,7 +81,7 @@ def test_bad_schedule_zone_and_size_are_usage_errors(env: Env, args: list[str],
 def imported(env: Env, *args: str) -> set[str]:
     """Top-level modules a `pglock run` imported (python -X importtime)."""
     result = subprocess.run([sys.executable, "-X", "importtime", "-m", "pglock", "run",
-                             "--job", "imports", *args, "--", "true"],
+                             "--job", "imports", "--rerun", *args, "--", "true"],
                             env=env.env, capture_output=True, text=True, timeout=60)
     assert result.returncode == 0, result.stderr
     return {line.rsplit("|", 1)[1].strip().split(".")[0]

@@ -247,3 +247,42 @@ def test_next_after_is_strictly_after_even_on_a_fire_time() -> None:
     assert schedule.next_after(every_5, at(2024, 5, 1, 3, 5)) == at(2024, 5, 1, 3, 10)
     assert schedule.next_after(every_5, at(2024, 5, 1, 3, 5) - timedelta(microseconds=1)) == \
         at(2024, 5, 1, 3, 5)
+
+
+def test_a_fixed_time_job_fires_once_in_the_repeated_hour() -> None:
+    """Cron starts `30 2 * * *` in the first 02:30 of the autumn night only; croniter
+    yields both: the second is no slot, and its absence is no miss."""
+    nightly = schedule.parse("30 2 * * *", "Europe/Berlin")
+    first = datetime.fromisoformat("2024-10-27T02:30:00+02:00")
+    second_pass = datetime.fromisoformat("2024-10-27T02:45:00+01:00")
+    # isoformat: an ambiguous wall time never compares equal across zones (PEP 495).
+    assert schedule.slot(nightly, second_pass).isoformat() == first.isoformat()
+    assert schedule.next_after(nightly, first).isoformat() == "2024-10-28T02:30:00+01:00"
+    info = schedule.slot_info(nightly, second_pass)
+    assert (info.slot.isoformat(), info.next.isoformat()) == (
+        first.isoformat(), "2024-10-28T02:30:00+01:00")
+    # The run of the first 02:30 leaves the next day's slot due: nothing missed meanwhile.
+    due = schedule.due(nightly, info.next, datetime.fromisoformat("2024-10-27T23:00:00+01:00"),
+                       info.default_grace)
+    assert not due.overdue
+    # A night without a run misses one slot, not two.
+    missed = schedule.due(nightly, first, datetime.fromisoformat("2024-10-27T12:00:00+01:00"),
+                          info.default_grace)
+    assert missed.missed == 1
+
+
+@pytest.mark.parametrize("expr", ["0 * * * *", "*/20 2 * * *", "@hourly"])
+def test_wildcard_jobs_fire_in_both_passes_of_the_repeated_hour(expr: str) -> None:
+    plan = schedule.parse(expr, "Europe/Berlin")
+    found = schedule.slot(plan, datetime.fromisoformat("2024-10-27T02:45:00+01:00"))
+    assert found.astimezone(BERLIN).utcoffset().total_seconds() == 3600  # type: ignore[union-attr]
+
+
+def test_the_zone_comes_from_tz_then_cron_tz_then_the_host() -> None:
+    environ = {"CRON_TZ": "Asia/Tokyo", "TZ": "America/New_York"}
+    assert schedule.zone_setting("UTC", environ) == ("UTC", "--tz")
+    assert schedule.zone_setting(None, environ) == ("Asia/Tokyo", "CRON_TZ")
+    assert schedule.zone_setting(None, {"CRON_TZ": ":Asia/Tokyo"}) == ("Asia/Tokyo", "CRON_TZ")
+    assert schedule.zone_setting(None, {"TZ": "America/New_York"}) == (None, "TZ")
+    with pytest.raises(UsageError, match=r"^CRON_TZ: 'Mars/Olympus' is not a known time zone"):
+        schedule.parse("@daily", "Mars/Olympus", zone_source="CRON_TZ")
