@@ -9,12 +9,13 @@ from pathlib import Path
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
-from inprocess import UNREACHABLE, invoke
 
 from pglock import advisory, heartbeat, schedule
 from pglock.durations import DURATIONS, HISTORY_LIMIT, format_bound, parse_duration
 from pglock.errors import UsageError
 from pglock.run import RunOptions
+
+from .inprocess import UNREACHABLE, invoke
 
 RUN = ["run", "--job", "x", "--dsn", UNREACHABLE, "--connect-timeout", "0"]
 # Where each duration option is given, with the rest of a command line that is fine.

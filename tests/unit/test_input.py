@@ -7,10 +7,11 @@ import unicodedata
 from pathlib import Path
 
 import pytest
-from inprocess import UNREACHABLE, invoke
 
 from pglock import config, render
 from pglock.run import RunOptions
+
+from .inprocess import UNREACHABLE, invoke
 
 RUN = ["run", "--job", "x", "--connect-timeout", "0"]
 

@@ -8,9 +8,10 @@ from pathlib import Path
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
-from inprocess import invoke
 
 from pglock import database, redact
+
+from .inprocess import invoke
 
 # Every password starts so: it then cannot turn up in a message by coincidence (as a
 # password "db" would in the host name), only by a leak.
