@@ -102,12 +102,12 @@ class Supervision:
         selector.register(self.gate.wake_r, selectors.EVENT_READ)
         try:
             while (returncode := self.child.poll()) is None:
-                self._pause(selector, self._timeout(exit_fd is None))
+                self._pause(selector, polling=exit_fd is None)
             if exit_fd is not None:
                 selector.unregister(exit_fd)
             # The lock is held until whatever the command left running has exited too.
             while self.child.lingering():
-                self._pause(selector, min(self._timeout(False), LINGER_POLL))
+                self._pause(selector, longest=LINGER_POLL)
         finally:
             selector.close()
             if exit_fd is not None:
@@ -117,10 +117,11 @@ class Supervision:
             self.child.signal_family(signal.SIGKILL)
         return returncode
 
-    def _pause(self, selector: selectors.BaseSelector, timeout: float) -> None:
+    def _pause(self, selector: selectors.BaseSelector, *, polling: bool = False,
+               longest: float = 3600.0) -> None:
         """Act on what is due, then sleep until the next deadline, a signal or a wake-up."""
         self._check(clock.now())
-        for key, _ in selector.select(timeout):
+        for key, _ in selector.select(min(self._timeout(polling), longest)):
             if key.fd == self.gate.wake_r:
                 os.read(self.gate.wake_r, 512)
 

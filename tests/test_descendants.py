@@ -108,3 +108,21 @@ def test_losing_the_lock_stops_the_daemon(env: Env) -> None:
         if holder.poll() is None:
             holder.kill()
             holder.communicate()
+
+
+def test_a_stop_signal_reaches_the_daemon_and_sigkill_follows(env: Env) -> None:
+    tmp = env.tmp
+    holder = env.popen("run", "--job", "stop", "--kill-after", "1s", "--",
+                       *_daemonizing(tmp, "trap '' TERM; sleep 300"))
+    try:
+        env.wait_for(lambda: (tmp / "leader-done").exists(), what="the command's exit")
+        daemon = int((tmp / "daemon.pid").read_text())
+        holder.terminate()
+        holder.communicate(timeout=30)
+        assert not _alive(daemon)
+    finally:
+        if holder.poll() is None:
+            holder.kill()
+            holder.communicate()
+    [row] = env.runs("stop")
+    assert row["outcome"] == "killed"
