@@ -108,7 +108,7 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float)
     with conn:
         place = database.EMBEDDED_PLACE if target.embedded else database.place(conn)
         checks: list[tuple[str, Callable[[], Finding]]] = [
-            ("server", lambda: _server(conn)),
+            ("server", lambda: _server(conn, place)),
             ("schema", lambda: _schema(conn, schema_name)),
             ("terminate", lambda: _signal_backend(conn)),
             ("timeouts", lambda: _timeouts(conn)),
@@ -162,11 +162,11 @@ def _unreachable(conninfo: str, error: str) -> Finding:
                    "check the DSN, the network and pg_hba.conf")
 
 
-def _server(conn: psycopg.Connection[Any]) -> Finding:
+def _server(conn: psycopg.Connection[Any], place: str) -> Finding:
     row = conn.execute(SERVER).fetchone()
     assert row is not None
-    number, version, _recovery, user, dbname = row
-    detail = f"PostgreSQL {version}, primary, as {user} on {dbname}"
+    number, version, _recovery, user, _dbname = row
+    detail = f"{place}: PostgreSQL {version}, the primary, as role {user}"
     if number < MIN_VERSION:
         return Finding("server", Level.WARN, detail,
                        "advisory mode and clear --terminate need PostgreSQL 14 or later")
