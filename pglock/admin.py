@@ -20,10 +20,12 @@ from pglock import database, schema
 from pglock.errors import DatabaseError
 from pglock.jobs import Job, Lock
 
+# `durable`: synchronous_commit = on for this write alone (see lease.py).
+
 # Only the holder the operator was shown (its fencing token) is cleared: if the lock
 # changed hands while they read the prompt, the newcomer is left alone.
 CLEAR = """
-WITH cleared AS (
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), cleared AS (
     UPDATE {schema}.locks l
     SET cleared_at = coalesce(l.cleared_at, clock_timestamp()), cleared_by = %(by)s,
         expires_at = CASE WHEN %(now)s THEN clock_timestamp()
@@ -47,14 +49,15 @@ WITH cleared AS (
     FROM cleared c WHERE j.job = c.job
 )
 SELECT a.id, c.expires_at, greatest(0, extract(epoch FROM c.expires_at - clock_timestamp()))
-FROM cleared c, audit a
+FROM cleared c, audit a, durable
 """
 TERMINATE = "SELECT pg_terminate_backend(%(pid)s, 5000)"
 PRUNE_CUTOFF = "SELECT now() - %(older_than)s"
 # started_at < cutoff is implied by finished_at < cutoff; it lets runs_started find the
 # batch. A job's latest run stays, whatever its age, so status still has a last run.
 PRUNE_BATCH = """
-DELETE FROM {schema}.runs WHERE id IN (
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true))
+DELETE FROM {schema}.runs USING durable WHERE id IN (
     SELECT r.id FROM {schema}.runs r
     WHERE r.started_at < %(cutoff)s AND r.finished_at < %(cutoff)s AND r.outcome <> 'running'
       AND r.id NOT IN (SELECT last_run_id FROM {schema}.jobs WHERE last_run_id IS NOT NULL

@@ -46,9 +46,10 @@ CHECK = f"""
 SELECT pg_backend_pid(), array(SELECT pid FROM ({_HOLDERS}) AS h)
 """
 
-# Renew the row only while this very session still holds the lock.
+# Renew the row only while this very session still holds the lock; `durable`:
+# synchronous_commit = on for this write alone (see lease.py).
 RENEW = f"""
-WITH held AS (
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), held AS (
     SELECT pg_backend_pid() IN (SELECT pid FROM ({_HOLDERS}) AS h) AS held
 ), renewed AS (
     UPDATE {{schema}}.locks
@@ -57,7 +58,7 @@ WITH held AS (
       AND cleared_at IS NULL AND (SELECT held FROM held)
     RETURNING 1
 )
-SELECT (SELECT held FROM held), EXISTS (SELECT 1 FROM renewed)
+SELECT (SELECT held FROM held), EXISTS (SELECT 1 FROM renewed) FROM durable
 """
 
 

@@ -28,10 +28,12 @@ class Outcome(enum.StrEnum):
     CLEARED = "cleared"
 
 
+# `durable`: synchronous_commit = on for this write alone (see lease.py).
+
 # Any other run of the job still marked running belongs to a holder that vanished:
 # we hold the lock now, so it cannot be alive and holding it.
 START = """
-WITH abandoned AS (
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), abandoned AS (
     UPDATE {schema}.runs r
     SET outcome = 'abandoned', finished_at = clock_timestamp(),
         duration = clock_timestamp() - r.started_at,
@@ -84,13 +86,13 @@ WITH abandoned AS (
                 coalesce((j.outcome_counts ->> 'abandoned')::bigint, 0)
                 + (SELECT count(*) FROM abandoned)) END
 )
-SELECT id, started_at FROM started
+SELECT id, started_at FROM started, durable
 """
 
 # A run marked abandoned by a takeover may still finish and tell the truth; its
 # abandoned count is then taken back. Only the newest finished run sets the last_* fields.
 FINISH = """
-WITH previous AS (
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), previous AS (
     SELECT id, outcome FROM {schema}.runs
     WHERE id = %(run_id)s AND outcome IN ('running', 'abandoned')
     FOR UPDATE
@@ -123,7 +125,7 @@ UPDATE {schema}.jobs j SET
                 THEN jsonb_build_object('abandoned', greatest(0,
                          coalesce((j.outcome_counts ->> 'abandoned')::bigint, 0) - 1))
                 ELSE %(empty)s END
-FROM finished f
+FROM finished f, durable
 WHERE j.job = f.job
 """
 

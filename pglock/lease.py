@@ -24,10 +24,16 @@ import psycopg
 
 from pglock.schema import query
 
+# Every write sets synchronous_commit = on for its own transaction: a role or database
+# default of off/local must not make an acknowledged lock losable in a failover. The
+# setting rides in the statement (no round trip, no startup parameter a pooler refuses,
+# nothing left on a pooled session), in a CTE the statement reads: PostgreSQL skips an
+# unreferenced SELECT CTE, and a row written implies the CTE's row was read.
+
 # A slot that already has a run is done, even after that run released the lock: the
 # loser of a scheduled race costs one statement, and learns why it lost.
 ACQUIRE = """
-WITH slot_ran AS (
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), slot_ran AS (
     SELECT EXISTS (SELECT 1 FROM {schema}.runs WHERE job = %(job)s AND slot = %(slot)s) AS ran
 ), taken AS (
     INSERT INTO {schema}.locks AS l
@@ -57,6 +63,7 @@ WITH slot_ran AS (
 SELECT (SELECT ran FROM slot_ran), (SELECT fencing_token FROM taken),
        (SELECT CASE WHEN released_at IS NULL THEN fencing_token ELSE fencing_token + 1 END
         FROM {schema}.locks WHERE job = %(job)s)
+FROM durable
 """
 
 # The first holder a contender that starts waiting now may take over from at its
@@ -68,17 +75,21 @@ FROM {schema}.locks WHERE job = %(job)s
 """
 
 RENEW = """
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true))
 UPDATE {schema}.locks
 SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
+FROM durable
 WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
   AND cleared_at IS NULL
 RETURNING expires_at
 """
 
 RELEASE = """
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true))
 UPDATE {schema}.locks
 SET expires_at = greatest(clock_timestamp(), acquired_at + %(min_hold)s),
     released_at = clock_timestamp()
+FROM durable
 WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
   AND cleared_at IS NULL
 RETURNING released_at

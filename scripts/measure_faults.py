@@ -5,6 +5,10 @@
 2. A silent advisory holder (its host cut off by blackhole routes, in a network
    namespace of our own): from the cut to the server freeing the lock, and to the
    holder's command being stopped. Needs root and iproute2; skipped with a reason else.
+3. A failover to an asynchronous standby that never received the acquisition (its WAL
+   receiver stopped first): the primary is killed, the standby promoted, another host
+   acquires there at once; how long the old holder's command runs on after the new
+   holder's started (docs/ha.md), each mode, `--rounds` times.
 """
 
 from __future__ import annotations
@@ -12,6 +16,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import os
+import random
 import shutil
 import subprocess
 import sys
@@ -24,6 +29,9 @@ import psycopg
 
 from pglock.embedded import EmbeddedServer
 from pglock.keys import advisory_key
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
+from replication import Pair  # the tests' primary-and-standby helper
 
 PGLOCK = str(Path(sys.executable).with_name("pglock"))
 NETNS, HOST_IF, NS_IF = "pglock-measure", "vpglock0", "vpglock1"
@@ -125,21 +133,90 @@ def silent_holder(tmp: Path, ttl: int) -> tuple[float, float]:
         server.leave()
 
 
+# Marks its start, and its end when pglock stops it (SIGTERM to its process group).
+STAMPED = ("echo enter $(date +%s%N) $PGLOCK_FENCING_TOKEN > {marks}; "
+           "trap 'echo leave $(date +%s%N) >> {marks}; exit 143' TERM; sleep 600 & wait")
+
+
+def stamps(marks: Path, timeout: float = 120) -> dict[str, list[int]]:
+    """{"enter": [ns, token], "leave": [ns]} once the command has been stopped."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        found = {kind: [int(value) for value in values] for kind, *values in
+                 (line.split() for line in marks.read_text().splitlines())
+                 } if marks.exists() else {}
+        if "leave" in found:
+            return found
+        time.sleep(0.05)
+    raise SystemExit(f"{marks.name}: the old holder's command was never stopped")
+
+
+def asynchronous_failover(tmp: Path, mode: str, ttl: int) -> tuple[float, float, list[int]]:
+    """(seconds the old command ran on after the new one started, seconds from the kill to
+    the old command's end, the old and the new holder's fencing tokens)."""
+    pair = Pair(tmp, synchronous=False).start()
+    try:
+        env = {**os.environ, "PGLOCK_DSN": pair.both_dsn, "PGLOCK_SCHEMA": "measure"}
+        subprocess.run([PGLOCK, "init", "-q"], env=env, check=True)
+        pair.replayed()
+        pair.cut_standby()
+        old_marks, new_marks = tmp / "old", tmp / "new"
+        old = subprocess.Popen([PGLOCK, "run", "--job", "ha", "--mode", mode, "--ttl",
+                                f"{ttl}s", "--holder", "old", "--", "sh", "-c",
+                                STAMPED.format(marks=old_marks)], env=env,
+                               stderr=subprocess.PIPE, text=True)
+        wait_for_run(pair.primary_dsn, "measure", "ha")
+        # Anywhere in the renewal cycle: the overlap depends on where the failover falls.
+        time.sleep(random.uniform(0, ttl / 3 if mode == "lease" else 1.5))
+        pair.kill_primary()
+        killed = time.time_ns()
+        pair.promote()
+        new = subprocess.Popen([PGLOCK, "run", "--job", "ha", "--mode", mode, "--ttl",
+                                f"{ttl}s", "--holder", "new", "--", "sh", "-c",
+                                STAMPED.format(marks=new_marks)], env=env)
+        ended = stamps(old_marks)
+        old.wait(timeout=60)
+        new.terminate()
+        new.wait(timeout=60)
+        started = stamps(new_marks)
+        left = ended["leave"][0]
+        return ((left - started["enter"][0]) / 1e9, (left - killed) / 1e9,
+                [ended["enter"][1], started["enter"][1]])
+    finally:
+        pair.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__)
     parser.add_argument("--ttl", type=int, default=10, help="ttl of the holders (seconds)")
+    parser.add_argument("--rounds", type=int, default=5,
+                        help="asynchronous failovers per mode")
+    parser.add_argument("--only", choices=["takeover", "silent", "async"],
+                        help="one measurement alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         os.chmod(tmp, 0o755)
-        server = EmbeddedServer(tmp / "local", settings={"fsync": "off"})
-        dsn = server.join()
-        try:
+        if args.only in (None, "takeover"):
+            server = EmbeddedServer(tmp / "local", settings={"fsync": "off"})
+            dsn = server.join()
+            try:
+                for mode in ("lease", "advisory"):
+                    print(f"takeover after SIGKILL, {mode:8} mode, ttl {args.ttl}s: "
+                          f"{takeover(dsn, mode, args.ttl):.2f} s")
+            finally:
+                server.leave()
+        if args.only in (None, "async"):
             for mode in ("lease", "advisory"):
-                print(f"takeover after SIGKILL, {mode:8} mode, ttl {args.ttl}s: "
-                      f"{takeover(dsn, mode, args.ttl):.2f} s")
-        finally:
-            server.leave()
+                for round_number in range(args.rounds):
+                    overlap, after_kill, tokens = asynchronous_failover(
+                        tmp / f"async-{mode}-{round_number}", mode, args.ttl)
+                    print(f"asynchronous failover, {mode:8} mode, ttl {args.ttl}s: the old "
+                          f"command ran on {overlap:5.2f} s after the new one started "
+                          f"({after_kill:5.2f} s after the kill); tokens old {tokens[0]}, "
+                          f"new {tokens[1]}")
+        if args.only not in (None, "silent"):
+            return
         if os.geteuid() != 0 or shutil.which("ip") is None:
             print("silent advisory holder: skipped (needs root and iproute2)")
             return
