@@ -57,6 +57,11 @@ WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_
 RETURNING expires_at
 """
 
+HOLDER = """
+SELECT holder FROM {schema}.locks
+WHERE job = %(job)s AND expires_at > clock_timestamp()
+"""
+
 RELEASE = """
 UPDATE {schema}.locks
 SET expires_at = greatest(clock_timestamp(), acquired_at + %(min_hold)s),
@@ -123,3 +128,9 @@ def release(conn: psycopg.Connection[Any], lease: Lease, min_hold: float = 0) ->
     """Let the lease expire now, or at acquisition + min_hold if that is later."""
     conn.execute(query(RELEASE, lease.schema),
                  lease.params(min_hold=timedelta(seconds=min_hold)))
+
+
+def holder_of(conn: psycopg.Connection[Any], lease: Lease) -> str | None:
+    """Who holds the job's lock now (None: nobody, it has just been let go)."""
+    row = conn.execute(query(HOLDER, lease.schema), lease.params()).fetchone()
+    return None if row is None else str(row[0])

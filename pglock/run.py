@@ -23,6 +23,7 @@ from pglock.database import Reconnecting
 from pglock.errors import ExitStatus, Interrupted, PglockError, UsageError
 from pglock.heartbeat import Heartbeat, LeaseRenewer, Renewer, check_ttl
 from pglock.history import Outcome, RunResult
+from pglock.notify import Notifier, NotifyOptions
 from pglock.runner import CannotStart, Child
 from pglock.supervise import SignalGate, Supervision
 from pglock.watchdog import Watchdog
@@ -54,6 +55,7 @@ class RunOptions:
     grace: float | None = None
     output_tail: int = output.DEFAULT_TAIL
     output_on_failure: bool = False
+    notify: NotifyOptions = field(default_factory=NotifyOptions)
 
     def validate(self) -> None:
         """Refuse bad input before anything touches the database."""
@@ -72,6 +74,7 @@ class RunOptions:
         if not self.holder or len(self.holder) > 200:
             raise UsageError("--holder must be 1-200 characters")
         output.check_tail_size(self.output_tail)
+        self.notify.validate()
         self._validate_schedule()
 
     def _validate_schedule(self) -> None:
@@ -107,10 +110,12 @@ def plan_slot(options: RunOptions) -> tuple[history.Scheduled | None, float]:
 
 
 def acquire(session: Reconnecting, claim: lease.Lease, options: RunOptions,
-            start_by: float = float("inf")) -> float | None:
+            start_by: float = float("inf"), notifier: Notifier | None = None) -> float | None:
     """Try (or wait) for the lock; the stopwatch time the winning request was sent, or None."""
     if clock.now() > start_by:
         log.debug("job %r: skipped: started past --deadline", options.job)
+        if notifier is not None:
+            notifier.skipped("past_deadline")
         return None
     deadline = min(clock.now() + options.wait, start_by)
     attempt = 0
@@ -121,10 +126,16 @@ def acquire(session: Reconnecting, claim: lease.Lease, options: RunOptions,
             sent = clock.now()
             outcome = _try_acquire(session, conn, claim)
             if outcome is lease.Attempt.WON:
+                if notifier is not None:
+                    notifier.acquired(claim.fencing_token, claim.slot)
                 return sent
             remaining = deadline - clock.now()
-            if outcome is lease.Attempt.SLOT_RAN or remaining <= 0:
+            if outcome is not lease.Attempt.HELD or remaining <= 0:
                 log.debug("job %r: skipped: %s", options.job, outcome.value)
+                if notifier is not None:
+                    notifier.skipped(outcome.name.lower(), held_by=(
+                        None if outcome is not lease.Attempt.HELD
+                        else lambda: lease.holder_of(conn, claim)))
                 return None
             attempt += 1
             time.sleep(min(remaining, random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2**attempt)))
@@ -152,19 +163,20 @@ def _try_acquire(session: Reconnecting, conn: psycopg.Connection[Any],
 
 
 def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: RunResult,
-               min_hold: float) -> str | None:
-    """Write the end of the run, retrying across reconnects; why it never took, or None."""
+               min_hold: float) -> history.Finished | str:
+    """Write the end of the run, retrying across reconnects; what it found, or why it
+    never took."""
     patience = max(session.timeout, claim.ttl)
     deadline = clock.now() + patience
-    failure: list[str | None] = ["the database did not answer"]
+    failure: list[history.Finished | str] = ["the database did not answer"]
 
     def attempts() -> None:
         while True:
             try:
                 conn = session.get()
-                history.finish(conn, claim.schema, run_id, result)
+                finished = history.finish(conn, claim.schema, run_id, result)
                 lease.release(conn, claim, min_hold)
-                failure[0] = None
+                failure[0] = finished
                 return
             except (psycopg.Error, PglockError) as error:
                 failure[0] = database.first_line(error)
@@ -207,12 +219,13 @@ def execute(options: RunOptions, conninfo: str) -> int:
     claim = lease.Lease(job=options.job, schema=options.schema, ttl=options.ttl,
                         mode=options.mode, holder=options.holder,
                         slot=None if scheduled is None else scheduled.slot)
+    notifier = Notifier(options.notify, job=options.job, holder=options.holder)
     try:
-        sent = acquire(session, claim, options, start_by)
+        sent = acquire(session, claim, options, start_by, notifier)
         if sent is None:
             return options.conflict_exit_code
         try:
-            return _run_locked(session, claim, options, gate, sent, scheduled)
+            return _run_locked(session, claim, options, gate, sent, scheduled, notifier)
         except Interrupted:
             # Stopped before the command started: nothing ran, so nobody need wait for us.
             with contextlib.suppress(psycopg.Error, PglockError):
@@ -220,6 +233,7 @@ def execute(options: RunOptions, conninfo: str) -> int:
             raise
     finally:
         session.close()
+        notifier.close()
 
 
 def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate: SignalGate,
@@ -257,7 +271,7 @@ def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate:
 
 
 def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate: SignalGate,
-                sent: float, scheduled: history.Scheduled | None) -> int:
+                sent: float, scheduled: history.Scheduled | None, notifier: Notifier) -> int:
     capture = None
     if output.should_capture(options.output_tail, options.output_on_failure):
         capture = output.Capture(options.output_tail, options.output_on_failure)
@@ -265,11 +279,13 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
     if capture is not None and (started is None or isinstance(started[1], CannotStart)):
         capture.abandon()
     if started is None:
+        notifier.skipped("slot_ran")
         return options.conflict_exit_code
     run, child = started
+    notifier.started(run.id, options.command[0])
     if isinstance(child, CannotStart):
         result = RunResult(Outcome.FAILED, int(child.exit_status), 0.0, error=str(child))
-        _finish(session, claim, run.id, result, options)
+        _finish(session, claim, run.id, result, options, notifier)
         raise child
     heartbeat, watchdog = _keepers(session, claim, options, gate, sent, child)
     supervision = Supervision(child, heartbeat, gate, max_runtime=options.max_runtime,
@@ -282,11 +298,11 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
         child.process.wait()
         failure = RunResult(Outcome.FAILED, None, clock.now() - supervision.started,
                             error=f"pglock failed while the command ran: {error!r}")
-        _finish(session, claim, run.id, failure, options)
+        _finish(session, claim, run.id, failure, options, notifier)
         raise
     if capture is not None:
         capture.release(failed=result.outcome is not Outcome.SUCCEEDED)
-    _finish(session, claim, run.id, result, options)
+    _finish(session, claim, run.id, result, options, notifier)
     if result.outcome is Outcome.LOCK_LOST:
         action = "stopped" if options.on_lost == "kill" else "let finish (--on-lost continue)"
         log.warning("job %r: %s; the command was %s", options.job, result.error, action)
@@ -341,8 +357,30 @@ def _supervise(supervision: Supervision, capture: output.Capture | None,
 
 
 def _finish(session: Reconnecting, claim: lease.Lease, run_id: int, result: RunResult,
-            options: RunOptions) -> None:
-    failure = record_end(session, claim, run_id, result, options.min_hold)
-    if failure is not None:
+            options: RunOptions, notifier: Notifier) -> None:
+    recorded = record_end(session, claim, run_id, result, options.min_hold)
+    if isinstance(recorded, str):
         log.warning("job %r: the end of run %d could not be recorded (%s); it stays marked "
-                    "running", options.job, run_id, failure)
+                    "running", options.job, run_id, recorded)
+    notifier.finished(result, recorded=not isinstance(recorded, str))
+    # No retries yet: every run is its slot's one attempt, so its end is the slot's.
+    previous = recorded.previous_outcome if isinstance(recorded, history.Finished) else None
+    newest = isinstance(recorded, history.Finished) and recorded.newest
+    note = notifier.after_run(result, previous if newest else None,
+                              command_environment(options, claim, run_id))
+    if note is not None and newest:
+        _add_note(session, options, run_id, note)
+
+
+def _add_note(session: Reconnecting, options: RunOptions, run_id: int, note: str) -> None:
+    """Record what the hooks and pings came to with the run, bounded as its end was."""
+    def write() -> None:
+        try:
+            history.add_note(session.get(), options.schema, run_id, note)
+        except (psycopg.Error, PglockError) as error:
+            log.info("job %r: the note of run %d was not recorded: %s", options.job, run_id,
+                     database.first_line(error))
+
+    writer = threading.Thread(target=write, name="pglock-note", daemon=True)
+    writer.start()
+    writer.join(session.timeout + 1.0)
