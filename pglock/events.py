@@ -68,7 +68,7 @@ class EventLog:
         write is said with -v and otherwise ignored. Fields that are None are left out."""
         record = {"ts": datetime.now(UTC).isoformat(timespec="microseconds"), "event": event,
                   **self.context, **{k: v for k, v in fields.items() if v is not None}}
-        line = json.dumps(record, default=str, ensure_ascii=False, separators=(",", ":"))
+        line = json.dumps(record, default=_plain, ensure_ascii=False, separators=(",", ":"))
         try:
             if self.fd is not None:
                 data = (line + "\n").encode()
@@ -104,3 +104,8 @@ class EventLog:
             self.sock.close()
             self.sock = None
 
+
+
+def _plain(value: Any) -> str:
+    """JSON for what json cannot write: datetimes in ISO 8601, as everywhere in pglock."""
+    return value.isoformat() if isinstance(value, datetime) else str(value)
