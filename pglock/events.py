@@ -67,7 +67,8 @@ class EventLog:
         """Write one event (to syslog as a warning if something went wrong); a failure to
         write is said with -v and otherwise ignored. Fields that are None are left out."""
         record = {"ts": datetime.now(UTC).isoformat(timespec="microseconds"), "event": event,
-                  **self.context, **{k: v for k, v in fields.items() if v is not None}}
+                  **self.context, **fields}
+        record = {k: v for k, v in record.items() if v is not None}
         line = json.dumps(record, default=_plain, ensure_ascii=False, separators=(",", ":"))
         try:
             if self.fd is not None:

@@ -168,7 +168,7 @@ def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: R
     never took."""
     patience = max(session.timeout, claim.ttl)
     deadline = clock.now() + patience
-    failure: list[history.Finished | str] = ["the database did not answer"]
+    ending: list[history.Finished | str] = ["the database did not answer"]
 
     def attempts() -> None:
         while True:
@@ -176,10 +176,10 @@ def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: R
                 conn = session.get()
                 finished = history.finish(conn, claim.schema, run_id, result)
                 lease.release(conn, claim, min_hold)
-                failure[0] = finished
+                ending[0] = finished
                 return
             except (psycopg.Error, PglockError) as error:
-                failure[0] = database.first_line(error)
+                ending[0] = database.first_line(error)
                 session.close()
                 if clock.now() >= deadline:
                     return
@@ -190,7 +190,7 @@ def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: R
     writer = threading.Thread(target=attempts, name="pglock-record", daemon=True)
     writer.start()
     writer.join(patience + 1.0)
-    return failure[0]
+    return ending[0]
 
 
 def command_environment(options: RunOptions, claim: lease.Lease, run_id: int) -> dict[str, str]:
@@ -282,12 +282,13 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
         notifier.skipped("slot_ran")
         return options.conflict_exit_code
     run, child = started
-    notifier.started(run.id, options.command[0])
     if isinstance(child, CannotStart):
         result = RunResult(Outcome.FAILED, int(child.exit_status), 0.0, error=str(child))
         _finish(session, claim, run.id, result, options, notifier)
         raise child
     heartbeat, watchdog = _keepers(session, claim, options, gate, sent, child)
+    # After the watchdog's fork: the start ping has a thread of its own.
+    notifier.started(run.id, options.command[0])
     supervision = Supervision(child, heartbeat, gate, max_runtime=options.max_runtime,
                               kill_after=options.kill_after, on_lost=options.on_lost)
     try:
