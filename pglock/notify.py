@@ -89,13 +89,10 @@ class Notifier:
 
     def __init__(self, options: NotifyOptions, *, job: str, holder: str) -> None:
         self.options = options
+        self.job = job
         self.events = (None if options.event_log is None
                        else EventLog(options.event_log, job=job, holder=holder))
         self.pinger = None if options.ping_url is None else Pinger(options.ping_url)
-
-    @property
-    def logging_events(self) -> bool:
-        return self.events is not None
 
     def emit(self, event: str, *, warning: bool = False, **fields: Any) -> None:
         if self.events is not None:
@@ -149,10 +146,10 @@ class Notifier:
                 for name, command in self._hooks(result, previous_outcome)]
         if final is not None and self.pinger is not None:
             final.join(PING_BUDGET + 1.0)
-            told += self.pinger.told
+            told += list(self.pinger.told)
         failed = [t for t in told if not t.ok]
         for t in failed:
-            log.info("%s", t.note())
+            log.info("job %r: %s", self.job, t.note())
         return "; ".join(t.note() for t in failed) or None
 
     def _hooks(self, result: RunResult,
