@@ -202,6 +202,27 @@ def run(
         help="Let processes the command leaves running (a daemon it started) go on unlocked; "
              "by default the lock is held until they exit, and they are stopped with the "
              "command.")] = False,
+    on_failure: Annotated[str | None, typer.Option(envvar="PGLOCK_ON_FAILURE", metavar="CMD",
+        show_default=False,
+        help="Shell command run (sh -c) on this host after a run that did not succeed; "
+             "PGLOCK_OUTCOME, PGLOCK_EXIT_CODE, PGLOCK_DURATION in its environment, the "
+             "output tail on its stdin.")] = None,
+    on_success: Annotated[str | None, typer.Option(envvar="PGLOCK_ON_SUCCESS", metavar="CMD",
+        show_default=False, help="Shell command run after a run that succeeded.")] = None,
+    on_recovery: Annotated[str | None, typer.Option(envvar="PGLOCK_ON_RECOVERY", metavar="CMD",
+        show_default=False,
+        help="Shell command run after the first success that follows a failed, timed-out, "
+             "lost, killed or abandoned run.")] = None,
+    hook_timeout: Annotated[str, typer.Option(envvar="PGLOCK_HOOK_TIMEOUT", metavar="DURATION",
+        help="Kill a hook (its whole process group) after this long.")] = "30s",
+    ping_url: Annotated[str | None, typer.Option(envvar="PGLOCK_PING_URL", metavar="URL",
+        show_default=False,
+        help="healthchecks.io-style pings from the host that runs: URL/start, then URL or "
+             "URL/<exit code> with the output tail.")] = None,
+    event_log: Annotated[str | None, typer.Option(envvar="PGLOCK_EVENT_LOG",
+        metavar="PATH|syslog", show_default=False,
+        help="Append one JSON line per event (skipped, acquired, started, finished, ...) to "
+             "PATH, or send it to syslog (syslog:/path/to/socket for another socket).")] = None,
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: ConnectTimeout = "10s",
@@ -214,6 +235,7 @@ def run(
     """
     _configure_output(verbose, quiet)
     from pglock import config, database
+    from pglock.notify import NotifyOptions
     from pglock.run import RunOptions, execute
 
     if schedule is None:
@@ -235,7 +257,11 @@ def run(
         deadline=_optional_duration(deadline, "--deadline"),
         grace=_optional_duration(grace, "--grace"),
         output_tail=parse_size(output_tail, option="--output-tail"),
-        output_on_failure=output_on_failure, leave_descendants=leave_descendants)
+        output_on_failure=output_on_failure, leave_descendants=leave_descendants,
+        notify=NotifyOptions(
+            on_failure=on_failure, on_success=on_success, on_recovery=on_recovery,
+            hook_timeout=parse_duration(hook_timeout, option="--hook-timeout"),
+            ping_url=ping_url, event_log=event_log))
     # RunOptions validated itself when built: before the database (or the embedded
     # server this joins) is touched.
     with database.opened(config.resolve_target(dsn)) as conninfo:

@@ -12,11 +12,11 @@ from pglock.cli import (
     Schema,
     Verbose,
     _configure_output,
-    _fail,
     app,
+    say,
 )
 from pglock.durations import parse_duration
-from pglock.errors import ConfigError, PglockError
+from pglock.errors import ConfigError
 
 
 @app.command()
@@ -39,25 +39,22 @@ def doctor(
     from pglock import config, database
     from pglock import doctor as core
 
+    timeout = parse_duration(connect_timeout, option="--connect-timeout")
+    name = config.configured_schema(schema)
     try:
-        timeout = parse_duration(connect_timeout, option="--connect-timeout")
-        name = config.configured_schema(schema)
-        try:
-            target = config.resolve_target(dsn)
-            with database.opened(target) as conninfo:
-                diagnosis = core.diagnose(target, name, conninfo, timeout=timeout)
-        except ConfigError as error:
-            diagnosis = core.Diagnosis("", [core.Finding(
-                "database", core.Level.FAIL, str(error), "fix the DSN or the config file")])
-    except PglockError as error:
-        return _fail(error)
+        target = config.resolve_target(dsn)
+        with database.opened(target) as conninfo:
+            diagnosis = core.diagnose(target, name, conninfo, timeout=timeout)
+    except ConfigError as error:
+        diagnosis = core.Diagnosis("", [core.Finding(
+            "database", core.Level.FAIL, str(error), "fix the DSN or the config file")])
     if as_json:
-        print(json.dumps({
+        say(json.dumps({
             "status": diagnosis.level.name.lower(), "database": diagnosis.place,
             "checks": [{"check": f.check, "status": f.level.name.lower(), "detail": f.detail,
                         "advice": f.advice or None} for f in diagnosis.findings]}, indent=2))
     elif not quiet:
         for finding in diagnosis.findings:
             advice = f" -> {finding.advice}" if finding.advice else ""
-            print(f"{finding.level.name:<4}  {finding.check:<11}  {finding.detail}{advice}")
+            say(f"{finding.level.name:<4}  {finding.check:<11}  {finding.detail}{advice}")
     return int(diagnosis.level)

@@ -57,6 +57,12 @@ def _parsed(conninfo: str) -> dict[str, str]:
         return {}
 
 
+def describe(conninfo: str) -> str:
+    """host:port/dbname of a DSN for humans, from fields that cannot carry a password."""
+    where = redact.place(conninfo, _parsed(conninfo))
+    return "the configured database" if where is None else str(where)
+
+
 def connect_failure(conninfo: str, error: BaseException) -> str:
     """Why a connection failed, in one line that names no password."""
     if redact.misread(conninfo):

@@ -91,11 +91,15 @@ SELECT id, started_at FROM started, durable
 
 # A run marked abandoned by a takeover may still finish and tell the truth; its
 # abandoned count is then taken back. Only the newest finished run sets the last_* fields.
+# It returns the job's last outcome as it was before (every part of the statement reads
+# the same snapshot), so a recovery is known without another round trip.
 FINISH = """
 WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), previous AS (
-    SELECT id, outcome FROM {schema}.runs
+    SELECT id, job, outcome FROM {schema}.runs
     WHERE id = %(run_id)s AND outcome IN ('running', 'abandoned')
     FOR UPDATE
+), before AS (
+    SELECT j.job, j.last_outcome FROM {schema}.jobs j JOIN previous p ON j.job = p.job
 ), finished AS (
     UPDATE {schema}.runs r
     SET finished_at = r.started_at + %(duration)s, duration = %(duration)s,
@@ -125,8 +129,14 @@ UPDATE {schema}.jobs j SET
                 THEN jsonb_build_object('abandoned', greatest(0,
                          coalesce((j.outcome_counts ->> 'abandoned')::bigint, 0) - 1))
                 ELSE %(empty)s END
-FROM finished f, durable
+FROM finished f JOIN before b ON b.job = f.job, durable
 WHERE j.job = f.job
+RETURNING b.last_outcome, f.newer
+"""
+
+# Notes of what happened after the end was recorded (a failed hook), added to its error.
+NOTE = """
+UPDATE {schema}.runs SET error = concat_ws('; ', error, %(note)s::text) WHERE id = %(run_id)s
 """
 
 
@@ -179,9 +189,30 @@ def start(conn: psycopg.Connection[Any], schema: str, *, job: str, mode: str, ho
     return StartedRun(id=row[0], started_at=row[1])
 
 
-def finish(conn: psycopg.Connection[Any], schema: str, run_id: int, result: RunResult) -> bool:
-    """Complete the run's row and the job's summary; repeating it changes nothing (False)."""
-    return conn.execute(query(FINISH, schema), {
+@dataclass(frozen=True)
+class Finished:
+    """What recording a run's end learned about the job."""
+
+    # The job's last outcome before this run's (None: no run of it had finished).
+    previous_outcome: str | None
+    # This run is the job's newest finished one (not a run abandoned and finishing late).
+    newest: bool
+    # This call recorded its end (False: a repeat found nothing left to record).
+    recorded: bool = True
+
+
+def finish(conn: psycopg.Connection[Any], schema: str, run_id: int,
+           result: RunResult) -> Finished:
+    """Complete the run's row and the job's summary; repeating it changes nothing."""
+    row = conn.execute(query(FINISH, schema), {
         "run_id": run_id, "duration": timedelta(seconds=result.duration),
         "exit_code": result.exit_code, "signal": result.signal, "outcome": str(result.outcome),
-        "error": result.error, "output_tail": result.output_tail, "empty": Jsonb({})}).rowcount > 0
+        "error": result.error, "output_tail": result.output_tail, "empty": Jsonb({})}).fetchone()
+    if row is None:
+        return Finished(previous_outcome=None, newest=False, recorded=False)
+    return Finished(previous_outcome=row[0], newest=bool(row[1]))
+
+
+def add_note(conn: psycopg.Connection[Any], schema: str, run_id: int, note: str) -> None:
+    """Append to a recorded run's error (what its hooks or pings came to)."""
+    conn.execute(query(NOTE, schema), {"run_id": run_id, "note": note})

@@ -84,6 +84,11 @@ WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_
 RETURNING expires_at
 """
 
+HOLDER = """
+SELECT holder FROM {schema}.locks
+WHERE job = %(job)s AND expires_at > clock_timestamp()
+"""
+
 RELEASE = """
 WITH durable AS (SELECT set_config('synchronous_commit', 'on', true))
 UPDATE {schema}.locks
@@ -171,3 +176,9 @@ def release(conn: psycopg.Connection[Any], lease: Lease, min_hold: float = 0) ->
     """
     return conn.execute(query(RELEASE, lease.schema),
                         lease.params(min_hold=timedelta(seconds=min_hold))).fetchone() is not None
+
+
+def holder_of(conn: psycopg.Connection[Any], lease: Lease) -> str | None:
+    """Who holds the job's lock now (None: nobody, it has just been let go)."""
+    row = conn.execute(query(HOLDER, lease.schema), lease.params()).fetchone()
+    return None if row is None else str(row[0])

@@ -25,6 +25,7 @@ from pglock.durations import DURATIONS
 from pglock.errors import ExitStatus, Interrupted, PglockError, UsageError
 from pglock.heartbeat import Heartbeat, LeaseRenewer, Renewer, check_ttl
 from pglock.history import Outcome, RunResult
+from pglock.notify import Notifier, NotifyOptions
 from pglock.runner import CannotStart, Child
 from pglock.supervise import SignalGate, Supervision
 from pglock.watchdog import Watchdog
@@ -66,6 +67,7 @@ class RunOptions:
     output_on_failure: bool = False
     # Let processes the command leaves behind (a daemon it started) run on unlocked.
     leave_descendants: bool = False
+    notify: NotifyOptions = field(default_factory=NotifyOptions)
 
     def __post_init__(self) -> None:
         # Names that look the same are the same job (NFC; docs/decisions.md).
@@ -94,6 +96,7 @@ class RunOptions:
         if self.min_hold is not None and self.min_hold < 0:
             raise UsageError("--min-hold must not be negative")
         output.check_tail_size(self.output_tail)
+        self.notify.validate()
         self._validate_schedule()
 
     def _validate_ranges(self) -> None:
@@ -162,10 +165,12 @@ def plan_slot(options: RunOptions) -> tuple[history.Scheduled | None, float]:
 
 
 def acquire(session: Reconnecting, claim: lease.Lease, options: RunOptions,
-            start_by: float = float("inf")) -> float | None:
+            start_by: float = float("inf"), notifier: Notifier | None = None) -> float | None:
     """Try (or wait) for the lock; the stopwatch time the winning request was sent, or None."""
     if clock.now() > start_by:
         log.debug("job %r: skipped: started past --deadline", options.job)
+        if notifier is not None:
+            notifier.skipped("past_deadline")
         return None
     deadline = min(clock.now() + options.wait, start_by)
     attempt = 0
@@ -176,10 +181,16 @@ def acquire(session: Reconnecting, claim: lease.Lease, options: RunOptions,
             sent = clock.now()
             outcome = _try_acquire(session, conn, claim)
             if outcome is lease.Attempt.WON:
+                if notifier is not None:
+                    notifier.acquired(claim.fencing_token, claim.slot)
                 return sent
             remaining = deadline - clock.now()
-            if outcome is lease.Attempt.SLOT_RAN or remaining <= 0:
+            if outcome is not lease.Attempt.HELD or remaining <= 0:
                 log.debug("job %r: skipped: %s", options.job, outcome.value)
+                if notifier is not None:
+                    notifier.skipped(outcome.name.lower(), held_by=(
+                        None if outcome is not lease.Attempt.HELD
+                        else lambda: lease.holder_of(conn, claim)))
                 return None
             if claim.mode == "advisory":
                 # A held session lock short-cuts the acquire statement, which notes it.
@@ -217,10 +228,11 @@ def lost_at_release(result: RunResult) -> RunResult:
 
 
 def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: RunResult,
-               hold: float) -> tuple[RunResult, str | None]:
+               hold: float) -> tuple[RunResult, history.Finished | None, str | None]:
     """Write the end of the run and release the lock, retrying across reconnects.
 
     The result as recorded (lock_lost when the release found the lock no longer ours),
+    what recording it learned about the job (None: nothing was written by this call),
     and why the write never took, or None.
     """
     # A run that lost its lock to an outage has waited long enough: the lock is gone,
@@ -231,9 +243,10 @@ def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: R
     deadline = clock.now() + patience
     failure: str | None = "the database did not answer"
     recorded = result
+    finished: history.Finished | None = None
 
     def attempts() -> None:
-        nonlocal failure, recorded
+        nonlocal failure, recorded, finished
         while True:
             try:
                 conn = session.get()
@@ -244,8 +257,9 @@ def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: R
                         lost_at_release(result))
                     # Nothing written: an earlier attempt of ours did commit, before the
                     # connection broke, and its release found the lock ours.
-                    if history.finish(conn, claim.schema, run_id, final):
-                        recorded = final
+                    done = history.finish(conn, claim.schema, run_id, final)
+                    if done.recorded:
+                        recorded, finished = final, done
                 failure = None
                 return
             except (psycopg.Error, PglockError) as error:
@@ -260,7 +274,7 @@ def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: R
     writer = threading.Thread(target=attempts, name="pglock-record", daemon=True)
     writer.start()
     writer.join(patience + 1.0)
-    return recorded, failure
+    return recorded, finished, failure
 
 
 # What the command finds in its environment (man pglock-run, ENVIRONMENT).
@@ -300,13 +314,14 @@ def execute(options: RunOptions, conninfo: str) -> int:
     claim = lease.Lease(job=options.job, schema=options.schema, ttl=options.ttl,
                         mode=options.mode, holder=options.holder,
                         slot=None if scheduled is None else scheduled.slot, rerun=options.rerun)
+    notifier = Notifier(options.notify, job=options.job, holder=options.holder)
     try:
-        sent = acquire(session, claim, options, start_by)
+        sent = acquire(session, claim, options, start_by, notifier)
         if sent is None:
             return options.conflict_exit_code
         try:
             return _run_locked(session, claim, options, gate, sent, scheduled,
-                               options.hold(started, sent))
+                               options.hold(started, sent), notifier)
         except Interrupted:
             # Stopped before the command started: nothing ran, so nobody need wait for us.
             with contextlib.suppress(psycopg.Error, PglockError):
@@ -314,6 +329,7 @@ def execute(options: RunOptions, conninfo: str) -> int:
             raise
     finally:
         session.close()
+        notifier.close()
 
 
 def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate: SignalGate,
@@ -352,7 +368,8 @@ def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate:
 
 
 def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate: SignalGate,
-                sent: float, scheduled: history.Scheduled | None, hold: float) -> int:
+                sent: float, scheduled: history.Scheduled | None, hold: float,
+                notifier: Notifier) -> int:
     capture = None
     if output.should_capture(options.output_tail, options.output_on_failure):
         capture = output.Capture(options.output_tail, options.output_on_failure)
@@ -360,13 +377,16 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
     if capture is not None and (started is None or isinstance(started[1], CannotStart)):
         capture.abandon()
     if started is None:
+        notifier.skipped("slot_ran")
         return options.conflict_exit_code
     run, child = started
     if isinstance(child, CannotStart):
         result = RunResult(Outcome.FAILED, int(child.exit_status), 0.0, error=str(child))
-        _finish(session, claim, run.id, result, options, hold)
+        _finish(session, claim, run.id, result, options, hold, notifier)
         raise child
     heartbeat, watchdog = _keepers(session, claim, options, gate, sent, child)
+    # After the watchdog's fork: the start ping has a thread of its own.
+    notifier.started(run.id, options.command[0])
     supervision = Supervision(child, heartbeat, gate, max_runtime=options.max_runtime,
                               kill_after=options.kill_after, on_lost=options.on_lost)
     if watchdog is not None:
@@ -380,12 +400,13 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
         child.process.wait()
         failure = RunResult(Outcome.FAILED, None, clock.now() - supervision.started,
                             error=f"pglock failed while the command ran: {error!r}")
-        _finish(session, claim, run.id, failure, options, hold)
+        _finish(session, claim, run.id, failure, options, hold, notifier)
         raise
     if capture is not None:
         capture.release(failed=result.outcome is not Outcome.SUCCEEDED)
     lost_running = result.outcome is Outcome.LOCK_LOST
-    result, unrecorded = _finish(session, claim, run.id, result, options, hold, say=False)
+    result, unrecorded = _finish(session, claim, run.id, result, options, hold, notifier,
+                                 say=False)
     said = []
     if lost_running:
         action = "stopped" if options.on_lost == "kill" else "let finish (--on-lost continue)"
@@ -454,10 +475,32 @@ def _unrecorded(run_id: int, failure: str) -> str:
 
 
 def _finish(session: Reconnecting, claim: lease.Lease, run_id: int, result: RunResult,
-            options: RunOptions, hold: float, *, say: bool = True,
+            options: RunOptions, hold: float, notifier: Notifier, *, say: bool = True,
             ) -> tuple[RunResult, str | None]:
-    """Record the end and release; with `say`, a failure to record is said here."""
-    result, failure = record_end(session, claim, run_id, result, hold)
+    """Record the end and release, then tell (hooks, pings, event log); with `say`, a
+    failure to record is said here."""
+    result, finished, failure = record_end(session, claim, run_id, result, hold)
     if say and failure is not None:
         log.warning("job %r: %s", options.job, _unrecorded(run_id, failure))
+    notifier.finished(result, recorded=failure is None)
+    # No retries yet: every run is its slot's one attempt, so its end is the slot's.
+    newest = finished is not None and finished.newest
+    previous = finished.previous_outcome if finished is not None and newest else None
+    note = notifier.after_run(result, previous, command_environment(options, claim, run_id))
+    if note is not None and newest:
+        _add_note(session, options, run_id, note)
     return result, failure
+
+
+def _add_note(session: Reconnecting, options: RunOptions, run_id: int, note: str) -> None:
+    """Record what the hooks and pings came to with the run, bounded as its end was."""
+    def write() -> None:
+        try:
+            history.add_note(session.get(), options.schema, run_id, note)
+        except (psycopg.Error, PglockError) as error:
+            log.info("job %r: the note of run %d was not recorded: %s", options.job, run_id,
+                     database.first_line(error))
+
+    writer = threading.Thread(target=write, name="pglock-note", daemon=True)
+    writer.start()
+    writer.join(session.timeout + 1.0)

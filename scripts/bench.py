@@ -298,6 +298,51 @@ def bench_run(stack: contextlib.ExitStack, conninfo: str, floor: Path, runs: int
     stop_process(holder)
 
 
+# ---------------------------------------------------------------- 1b. pings and the event log
+
+
+@contextlib.contextmanager
+def ping_endpoint() -> Iterator[str]:
+    """A local healthchecks-like endpoint answering 200 at once; its base URL."""
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    class Handler(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"OK")
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        yield f"http://127.0.0.1:{server.server_address[1]}/ping/bench"
+    finally:
+        server.shutdown()
+        server.server_close()
+
+
+def bench_notify(conninfo: str, tmp: Path, runs: int) -> None:
+    """What --ping-url (start and success to a local endpoint) and --event-log add to a run."""
+    env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
+    plain = [PGLOCK, "run", "--job", "notify", "--", "true"]
+    with ping_endpoint() as url:
+        pinged = [PGLOCK, "run", "--job", "notify", "--ping-url", url, "--", "true"]
+        for argv in (plain, pinged) * 2:
+            timed(argv, env)
+        pg, fl = interleaved("run --ping-url", pinged, plain, env, runs, expected=0)
+    report("run --ping-url", pg, fl, note="floor: the same run without; local endpoint")
+    logged = [PGLOCK, "run", "--job", "notify", "--event-log", str(tmp / "events.jsonl"),
+              "--", "true"]
+    pg, fl = interleaved("run --event-log", logged, plain, env, runs, expected=0)
+    report("run --event-log", pg, fl, note="floor: the same run without")
+
+
 # ---------------------------------------------------------------- 2. the embedded default
 
 
@@ -926,7 +971,7 @@ def parse_args() -> argparse.Namespace:
                              " quick 1,000,000)")
     parser.add_argument("--quick", action="store_true", help="fewer iterations, for smoke use")
     parser.add_argument("--only", action="append", metavar="SECTION",
-                        help="run only these sections: run, embedded, startup, imports, "
+                        help="run only these sections: run, notify, embedded, startup, imports, "
                              "memory, herd, status (repeatable)")
     return parser.parse_args()
 
@@ -967,6 +1012,7 @@ def main() -> int:
         compileall.compile_dir(str(Path(pglock.__file__).parent), quiet=1)
         sections: list[tuple[str, Callable[[], None]]] = [
             ("run", lambda: bench_run(stack, conninfo, floor, runs)),
+            ("notify", lambda: bench_notify(conninfo, tmp, runs)),
             ("embedded", lambda: bench_embedded(stack, tmp, runs)),
             ("startup", lambda: bench_wall_imports(runs)),
             ("imports", lambda: bench_imports(conninfo, floor, runs)),
