@@ -92,7 +92,8 @@ def test_lease_mode_excludes_through_transaction_pooling(env: Env, bouncer: str)
     env.env["PGLOCK_DSN"] = bouncer
     marks, release = env.tmp / "marks", env.tmp / "release"
     for round_number in range(3):
-        processes = [env.popen("run", "--job", "pooled", "--ttl", "5s", "--",
+        # Each round is a new trigger, deliberately run inside the last one's hold.
+        processes = [env.popen("run", "--job", "pooled", "--ttl", "5s", "--rerun", "--",
                                *held_command(marks, release)) for _ in range(20)]
         results = race(processes, release)
         assert results == [(0, "", "")] + [(75, "", "")] * 19, round_number
