@@ -235,7 +235,7 @@ def full_app() -> typer.Typer:
     import importlib
 
     # In this order, the order of `pglock --help`: the on-call commands before monitoring.
-    for module in ("pglock.cli_operator", "pglock.cli_monitor"):
+    for module in ("pglock.cli_operator", "pglock.cli_control", "pglock.cli_monitor"):
         importlib.import_module(module)
     return app
 

@@ -26,6 +26,8 @@ class Outcome(enum.StrEnum):
     ABANDONED = "abandoned"
     # An audit row written by `pglock clear`.
     CLEARED = "cleared"
+    # An operator asked for it to stop (`pglock stop`), and it did.
+    STOPPED = "stopped"
 
 
 # Any other run of the job still marked running belongs to a holder that vanished:

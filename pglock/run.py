@@ -123,7 +123,7 @@ def acquire(session: Reconnecting, claim: lease.Lease, options: RunOptions,
             if outcome is lease.Attempt.WON:
                 return sent
             remaining = deadline - clock.now()
-            if outcome is lease.Attempt.SLOT_RAN or remaining <= 0:
+            if outcome in (lease.Attempt.SLOT_RAN, lease.Attempt.PAUSED) or remaining <= 0:
                 log.debug("job %r: skipped: %s", options.job, outcome.value)
                 return None
             attempt += 1
