@@ -217,3 +217,33 @@ def _stopped(request: StopRequest, result: StopResult, quiet: bool) -> int:
     code = "" if result.exit_code is None else f" (exit {result.exit_code})"
     _say(f"job {request.job} ended: {result.outcome}{code}", quiet)
     return 0
+
+
+@app.command()
+def forget(
+    job: Job,
+    reason: Annotated[str, typer.Option(
+        metavar="TEXT", show_default=False, help="Why, for the audit row.")] = "",
+    dsn: Dsn = None, schema: Schema = None, connect_timeout: ConnectTimeout = "10s",
+    verbose: Verbose = False, quiet: Quiet = False,
+) -> int:
+    """Retire a job removed from the crontab: gone from status, check and metrics.
+
+    Its history stays until pruned; a new run of it brings it back. Refused while it
+    runs (exit 1).
+
+    Example: pglock forget --job old-report --reason 'replaced by new-report'
+    """
+    _configure_output(verbose, quiet)
+    from pglock import admin, control
+
+    try:
+        if not reason.strip():
+            raise UsageError("--reason is required: say why, for the audit row")
+        name_of_job = check_job(job)
+        with _database(dsn, schema, connect_timeout, "forget") as (conn, _, name):
+            control.forget(conn, name, name_of_job, reason=reason, by=admin.operator())
+        _say(f"forgot job {name_of_job}; its history stays until pruned", quiet)
+        return 0
+    except PglockError as error:
+        return _fail(error)

@@ -107,6 +107,24 @@ FROM {schema}.locks l WHERE l.job = %(job)s
 """
 
 
+FORGET = """
+WITH running AS (
+    SELECT l.holder, l.holder_pid FROM {schema}.locks l
+    WHERE l.job = %(job)s AND l.released_at IS NULL AND l.expires_at > clock_timestamp()
+), forgotten AS (
+    UPDATE {schema}.jobs j SET forgotten_at = clock_timestamp()
+    WHERE j.job = %(job)s AND j.forgotten_at IS NULL AND NOT EXISTS (SELECT 1 FROM running)
+    RETURNING j.job
+), audit AS (
+    INSERT INTO {schema}.audit (job, action, by, reason)
+    SELECT job, 'forget', %(by)s, %(reason)s FROM forgotten
+)
+SELECT EXISTS (SELECT 1 FROM forgotten),
+       (SELECT holder || ':' || holder_pid FROM running),
+       EXISTS (SELECT 1 FROM {schema}.jobs WHERE job = %(job)s AND forgotten_at IS NULL)
+"""
+
+
 @dataclass(frozen=True)
 class Until:
     """When a pause ends by itself: a span from now (database time), or a moment."""
@@ -254,3 +272,20 @@ def wait_stopped(conn: psycopg.Connection[Any], schema_name: str, request: StopR
             if overdue and not seen:
                 return StopResult(None, None, False)
             time.sleep(poll)
+
+
+def forget(conn: psycopg.Connection[Any], schema_name: str, job: str, *, reason: str,
+           by: str) -> None:
+    """Retire a job: gone from status, check and metrics; refused while it runs."""
+    with database.translated(f"cannot forget job {job!r}"):
+        schema.ensure(conn, schema_name)
+        with conn.transaction():
+            row = conn.execute(schema.query(FORGET, schema_name),
+                               {"job": job, "by": by, "reason": reason}).fetchone()
+    assert row is not None
+    done, running, known = row
+    if running is not None:
+        raise NothingDone(f"job {job!r} is running on {running}; let it finish (or "
+                          "pglock stop it) before forgetting it")
+    if not done and not known:
+        raise UnknownJob(f"no job named {job!r} is known here (schema {schema_name!r})")

@@ -71,7 +71,7 @@ WITH abandoned AS (
         next_slot = CASE WHEN excluded.last_slot < j.last_slot
                           AND (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
                          THEN j.next_slot ELSE excluded.next_slot END,
-        grace = excluded.grace,
+        grace = excluded.grace, forgotten_at = NULL,
         consecutive_failures = j.consecutive_failures + (SELECT count(*) FROM abandoned),
         last_run_id = excluded.last_run_id, last_started_at = excluded.last_started_at,
         last_holder = excluded.last_holder,

@@ -136,3 +136,30 @@ def test_status_json_lists_audit_rows(env: Env) -> None:
     assert result.returncode == 0, result
     document = json.loads(result.stdout)
     assert document["jobs"][0]["state"] == "paused"
+
+
+def test_forget_retires_a_job_until_it_runs_again(env: Env) -> None:
+    assert env.run("run", "--job", "old", "--", "false").returncode == 1
+    assert env.run("run", "--job", "kept", "--", "true").returncode == 0
+    forgot = env.run("forget", "--job", "old", "--reason", "removed from the crontab")
+    assert (forgot.returncode, forgot.stderr) == (0, ""), forgot
+    jobs = json.loads(env.run("status", "--json").stdout)["jobs"]
+    assert [j["job"] for j in jobs] == ["kept"]
+    check = env.run("check")
+    assert check.returncode == 0, check
+    assert "old" not in env.run("metrics").stdout
+    assert [r["outcome"] for r in env.runs("old")] == ["failed"]
+    assert ("old", "forget", "removed from the crontab") in audit(env)
+    assert env.run("run", "--job", "old", "--", "true").returncode == 0
+    jobs = json.loads(env.run("status", "--json").stdout)["jobs"]
+    assert [j["job"] for j in jobs] == ["kept", "old"]
+
+
+def test_forget_is_refused_while_the_job_runs(env: Env) -> None:
+    with holding(env, "busy"):
+        result = env.run("forget", "--job", "busy", "--reason", "r")
+        assert result.returncode == 1, result
+        assert "is running on" in one_line(result.stderr)
+    unknown = env.run("forget", "--job", "nope", "--reason", "r")
+    assert unknown.returncode == 1
+    assert "no job named 'nope'" in one_line(unknown.stderr)

@@ -1,4 +1,5 @@
--- pglock schema, version 2: operators in control (pause, resume, stop) and their audit.
+-- pglock schema, version 2: operators in control (pause, resume, stop, forget) and their
+-- audit.
 
 -- A paused job is skipped by every host's `pglock run` (exit 75, nothing recorded) until
 -- it is resumed or `until` passes (database time). The row of the empty job name (which
@@ -11,7 +12,8 @@ CREATE TABLE {schema}.pauses (
     until     timestamptz
 );
 
--- Every operator action that changes a job: clear, pause, resume, stop (job NULL: --all).
+-- Every operator action that changes a job: clear, pause, resume, stop, forget (job NULL:
+-- every job).
 CREATE TABLE {schema}.audit (
     id     bigint GENERATED ALWAYS AS IDENTITY PRIMARY KEY,
     at     timestamptz NOT NULL DEFAULT clock_timestamp(),
@@ -29,6 +31,10 @@ ALTER TABLE {schema}.locks
     ADD COLUMN stop_requested_at timestamptz,
     ADD COLUMN stop_requested_by text,
     ADD COLUMN stop_reason text;
+
+-- `pglock forget`: a retired job leaves status, check and metrics (its history stays until
+-- pruned); a new run of it brings it back.
+ALTER TABLE {schema}.jobs ADD COLUMN forgotten_at timestamptz;
 
 -- A new outcome, `stopped`. NOT VALID: the rows already there passed the narrower check,
 -- and a 10-million-row history is not rescanned under an exclusive lock.
