@@ -163,3 +163,12 @@ def test_forget_is_refused_while_the_job_runs(env: Env) -> None:
     unknown = env.run("forget", "--job", "nope", "--reason", "r")
     assert unknown.returncode == 1
     assert "no job named 'nope'" in one_line(unknown.stderr)
+
+
+def test_clear_writes_an_audit_row_too(env: Env) -> None:
+    with holding(env, "c"):
+        result = env.run("clear", "--job", "c", "--reason", "wedged", "--yes", "--now")
+        assert result.returncode == 0, result
+    assert ("c", "clear", "wedged") in audit(env)
+    history = json.loads(env.run("history", "--job", "c", "--json").stdout)
+    assert [(a["action"], a["reason"]) for a in history["actions"]] == [("clear", "wedged")]
