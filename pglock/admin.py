@@ -42,6 +42,9 @@ WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), cleared A
            clock_timestamp(), interval '0', 'cleared', %(note)s, %(by)s, %(reason)s
     FROM cleared
     RETURNING id
+), action AS (
+    INSERT INTO {schema}.audit (job, action, by, reason, detail)
+    SELECT job, 'clear', %(by)s, %(reason)s, %(note)s FROM cleared
 ), counted AS (
     UPDATE {schema}.jobs j
     SET outcome_counts = j.outcome_counts || jsonb_build_object(

@@ -56,9 +56,12 @@ WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), held AS (
     SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
     WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
       AND cleared_at IS NULL AND (SELECT held FROM held)
-    RETURNING 1
+    RETURNING stop_requested_at IS NOT NULL AS stop,
+              coalesce(stop_reason, 'no reason given') || ' (by ' || stop_requested_by || ')'
+              AS why
 )
-SELECT (SELECT held FROM held), EXISTS (SELECT 1 FROM renewed) FROM durable
+SELECT (SELECT held FROM held), EXISTS (SELECT 1 FROM renewed),
+       coalesce((SELECT stop FROM renewed), false), (SELECT why FROM renewed) FROM durable
 """
 
 
@@ -126,21 +129,23 @@ class AdvisoryRenewer:
         self._reason = "the lock was taken over or cleared"
         self._retake = False
 
-    def renew(self) -> bool:
+    def renew(self) -> tuple[lease.Renewal, str | None]:
         conn = self._session.get()
         if self._retake:
             # The old session ended, and its lock with it: take it back unless someone was faster.
             if not take(conn, self.claim):
                 self._reason = "another host took the advisory lock while we were cut off"
-                return False
+                return lease.Renewal.LOST, None
             self._retake = False
         key = advisory_key(self.claim.schema, self.claim.job)
         row = conn.execute(query(RENEW, self.claim.schema), self.claim.params(key=key)).fetchone()
-        held, renewed = row or (False, False)
+        held, renewed, stop, why = row or (False, False, False, None)
         if not held:
             self._reason = ("this session no longer holds the advisory lock "
                             "(a transaction-pooling PgBouncer?)")
-        return bool(held and renewed)
+        if not (held and renewed):
+            return lease.Renewal.LOST, None
+        return (lease.Renewal.STOP, why) if stop else (lease.Renewal.OURS, None)
 
     def reset(self) -> None:
         self._session.close()

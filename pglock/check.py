@@ -32,7 +32,8 @@ class PluginStatus(enum.IntEnum):
         return member
 
     OK = (0, "OK: no job has a problem (or there are no jobs yet)")
-    WARNING = (1, "WARNING: failed runs in a row or missed slots reached a warning threshold")
+    WARNING = (1, "WARNING: failed runs in a row or missed slots reached a warning threshold, "
+                  "or a pause is older than --paused-warning")
     CRITICAL = (2, "CRITICAL: a stale lock, or failed runs in a row or missed slots reached a "
                    "critical threshold")
     UNKNOWN = (3, "UNKNOWN: the jobs could not be judged: bad options, no database, a schema "
@@ -53,6 +54,8 @@ class Thresholds:
     failures_critical: int = 1
     missed_warning: int = 1
     missed_critical: int = 2
+    # Seconds a pause may last before check warns that it may have been forgotten.
+    paused_warning: float = 86400.0
 
     def validate(self) -> None:
         """Refuse thresholds that cannot be met in order."""
@@ -123,10 +126,18 @@ def _unreadable(job: Job, now: datetime) -> str:
     return job.schedule_note or "its schedule cannot be read here"
 
 
+def _paused(job: Job, now: datetime) -> str:
+    pause = job.pause
+    assert pause is not None
+    scope = "every job paused" if pause.everywhere else "paused"
+    until = f", until {pause.until.isoformat()}" if pause.until else ""
+    return f"{scope} {_ago(pause.paused_at, now)} by {pause.paused_by}: {pause.reason}{until}"
+
+
 # Each problem's reason, as the line under the summary says it.
 REASONS: dict[Problem, Callable[[Job, datetime], str]] = {
     Problem.STALE: _stale, Problem.FAILED: _failed, Problem.OVERDUE: _overdue,
-    Problem.UNREADABLE: _unreadable,
+    Problem.UNREADABLE: _unreadable, Problem.PAUSED: _paused,
 }
 
 
@@ -141,6 +152,10 @@ def level(job: Job, problem: Problem, thresholds: Thresholds) -> PluginStatus:
             return thresholds.level(job.due.missed if job.due else 0, "missed")
         case Weight.UNKNOWN:
             return PluginStatus.UNKNOWN
+        case Weight.PAUSED:
+            paused_for = job.paused_for or 0.0
+            return (PluginStatus.WARNING if paused_for >= thresholds.paused_warning
+                    else PluginStatus.OK)
 
 
 def judge(job: Job, thresholds: Thresholds, now: datetime) -> Verdict:
@@ -205,6 +220,10 @@ def _job_json(verdict: Verdict) -> dict[str, Any]:
         "last_started_at": _iso(job.last_started_at),
         "last_success_at": _iso(job.last_success_at), "running": job.run_open,
         "held": job.held, "held_until": _iso(job.held_until),
+        "paused": None if job.pause is None else {
+            "since": _iso(job.pause.paused_at), "by": job.pause.paused_by,
+            "reason": job.pause.reason, "until": _iso(job.pause.until),
+            "every_job": job.pause.everywhere},
         "due_at": None if due is None else _iso(due.due_at),
         "next_fire": None if due is None else _iso(due.next_fire),
         "missed_slots": 0 if due is None else due.missed}

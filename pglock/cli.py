@@ -316,7 +316,8 @@ def full_app() -> typer.Typer:
     import importlib
 
     # In this order, the order of `pglock --help`: the on-call commands before monitoring.
-    for module in ("pglock.cli_operator", "pglock.cli_monitor", "pglock.cli_doctor"):
+    for module in ("pglock.cli_operator", "pglock.cli_control", "pglock.cli_monitor",
+                   "pglock.cli_doctor"):
         importlib.import_module(module)
     return app
 

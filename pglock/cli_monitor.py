@@ -20,6 +20,7 @@ from pglock.cli import (
     connected,
     say,
 )
+from pglock.durations import parse_duration
 from pglock.errors import PglockError
 
 if TYPE_CHECKING:
@@ -52,6 +53,9 @@ def check(
         "missed-warning", "WARNING at this many missed slots")] = 1,
     missed_critical: Annotated[int, _threshold(
         "missed-critical", "CRITICAL at this many missed slots")] = 2,
+    paused_warning: Annotated[str, typer.Option(
+        "--paused-warning", envvar="PGLOCK_PAUSED_WARNING", metavar="DURATION",
+        help="WARNING for a pause older than this (a forgotten pause).")] = "1d",
     json_output: Json = False,
     dsn: Dsn = None,
     schema: Schema = None,
@@ -62,7 +66,8 @@ def check(
     """Judge the jobs for a monitoring system: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
 
     CRITICAL: a lock expired while its run is still marked running. Failed runs in a row
-    and missed slots of a schedule are WARNING or CRITICAL by the thresholds. Whatever
+    and missed slots of a schedule are WARNING or CRITICAL by the thresholds. A paused job
+    is neither failed nor overdue; its pause is WARNING once older than --paused-warning. Whatever
     goes wrong (bad options, no database, a schema it cannot read) is UNKNOWN, exit 3.
 
     Example: pglock check --job nightly-backup --missed-critical 3
@@ -71,8 +76,9 @@ def check(
     from pglock import check as checks
 
     try:
-        thresholds = checks.Thresholds(failures_warning, failures_critical, missed_warning,
-                                       missed_critical)
+        thresholds = checks.Thresholds(
+            failures_warning, failures_critical, missed_warning, missed_critical,
+            parse_duration(paused_warning, option="--paused-warning"))
         thresholds.validate()
         report = checks.evaluate(_snapshot(dsn, schema, connect_timeout, job, "check"),
                                  thresholds, job)

@@ -39,14 +39,15 @@ def check_ttl(ttl: float, kill_after: float) -> None:
 
 
 class Renewer(Protocol):
-    """One way of keeping a lock: renew() is True while it is ours, raises when unsure."""
+    """One way of keeping a lock: renew() says whether it is still ours (and whether an
+    operator asked for the command to stop); it raises when unsure."""
 
     # Seconds between renewals, and how long after a successful renewal was sent the
     # lock is certainly still ours.
     interval: float
     horizon: float
 
-    def renew(self) -> bool: ...
+    def renew(self) -> tuple[lease.Renewal, str | None]: ...
 
     def reset(self) -> None: ...
 
@@ -64,7 +65,7 @@ class LeaseRenewer:
         self._connect = connect
         self._conn: psycopg.Connection[Any] | None = None
 
-    def renew(self) -> bool:
+    def renew(self) -> tuple[lease.Renewal, str | None]:
         if self._conn is None or self._conn.closed:
             self._conn = self._connect()
         return lease.renew(self._conn, self.claim)
@@ -92,6 +93,8 @@ class Heartbeat:
         self.margin = margin(renewer.horizon)
         self._slack = self.margin + self.grace
         self.lost_reason: str | None = None
+        # Set once an operator's `pglock stop` is seen: why, and by whom.
+        self.stop_requested: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="pglock-heartbeat", daemon=True)
 
@@ -113,15 +116,19 @@ class Heartbeat:
         while not self._stop.wait(max(0.0, next_at - clock.now())):
             sent = clock.now()
             try:
-                ours = self.renewer.renew()
+                renewal, why = self.renewer.renew()
             except (psycopg.Error, PglockError):
                 self.renewer.reset()
                 next_at = clock.now() + RETRY_INTERVAL
                 continue
-            if not ours:
+            if renewal is lease.Renewal.LOST:
                 self.lost_reason = self.renewer.lost_reason()
                 self._on_lost()
                 return
+            if renewal is lease.Renewal.STOP and self.stop_requested is None:
+                # Keep renewing while the command stops: the lock is released normally after.
+                self.stop_requested = why or "pglock stop"
+                self._on_lost()
             self.last_sent = sent
             if self._on_renewed is not None:
                 self._on_renewed(self.lost_at())

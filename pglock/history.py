@@ -26,6 +26,8 @@ class Outcome(enum.StrEnum):
     ABANDONED = "abandoned"
     # An audit row written by `pglock clear`.
     CLEARED = "cleared"
+    # An operator asked for it to stop (`pglock stop`), and it did.
+    STOPPED = "stopped"
 
 
 # `durable`: synchronous_commit = on for this write alone (see lease.py).
@@ -71,7 +73,7 @@ WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), abandoned
         next_slot = CASE WHEN excluded.last_slot < j.last_slot
                           AND (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
                          THEN j.next_slot ELSE excluded.next_slot END,
-        grace = excluded.grace,
+        grace = excluded.grace, forgotten_at = NULL,
         consecutive_failures = j.consecutive_failures + (SELECT count(*) FROM abandoned),
         last_run_id = excluded.last_run_id, last_started_at = excluded.last_started_at,
         last_holder = excluded.last_holder,

@@ -44,10 +44,19 @@ SELECT clock.at AS now, coalesce(j.job, l.job) AS name,
        coalesce(j.outcome_counts, '{{}}') AS outcome_counts,
        coalesce(j.consecutive_failures, 0) AS consecutive_failures,
        j.schedule, j.timezone, extract(epoch FROM j.grace)::float8 AS grace,
-       j.last_slot, j.next_slot
+       j.last_slot, j.next_slot,
+       pause.paused_at, pause.paused_by, pause.reason AS pause_reason, pause.until AS paused_until,
+       pause.job = '' AS paused_everywhere
 FROM (SELECT now() AS at) clock
 LEFT JOIN ({schema}.jobs j FULL JOIN {schema}.locks l ON l.job = j.job)
-       ON %(job)s::text IS NULL OR coalesce(j.job, l.job) = %(job)s::text
+       ON (%(job)s::text IS NULL OR coalesce(j.job, l.job) = %(job)s::text)
+      -- A forgotten job is gone from every report until it runs again.
+      AND j.forgotten_at IS NULL
+-- Its own pause before a pause of every job (the empty name sorts first).
+LEFT JOIN LATERAL (
+    SELECT p.job, p.paused_at, p.paused_by, p.reason, p.until FROM {schema}.pauses p
+    WHERE p.job IN (coalesce(j.job, l.job), '') AND (p.until IS NULL OR p.until > clock.at)
+    ORDER BY p.job DESC LIMIT 1) pause ON coalesce(j.job, l.job) IS NOT NULL
 ORDER BY 2
 """
 
@@ -66,6 +75,9 @@ class State(enum.StrEnum):
     # `clear` took the lock; it is free for others once the lock-delay has passed.
     CLEARED = "cleared"
     RUNNING = "running"
+    # An operator paused it (`pglock pause`): every host skips it. A run that was going
+    # when it was paused shows as running until it ends.
+    PAUSED = "paused"
     # The command ended, but --min-hold keeps the lock taken until its expiry, so that a
     # host whose clock lags cannot rerun the same trigger.
     HELD = "held"
@@ -83,6 +95,8 @@ class Weight(enum.Enum):
     MISSED = "missed"
     # UNKNOWN: this host cannot judge it.
     UNKNOWN = "unknown"
+    # WARNING once older than --paused-warning, else OK.
+    PAUSED = "paused"
 
 
 class Problem(enum.StrEnum):
@@ -104,6 +118,9 @@ class Problem(enum.StrEnum):
     OVERDUE = ("overdue", Weight.MISSED, True)
     # Its recorded schedule cannot be read here (a zone this host does not know).
     UNREADABLE = ("unreadable", Weight.UNKNOWN, False)
+    # Paused: not a problem by itself (failed and overdue are not judged meanwhile), but
+    # check warns when the pause is older than --paused-warning (a forgotten pause).
+    PAUSED = ("paused", Weight.PAUSED, True)
 
 
 @dataclass(frozen=True)
@@ -132,6 +149,18 @@ class LastRun:
     exit_code: int | None
     finished_at: datetime | None
     duration: float | None
+
+
+@dataclass(frozen=True)
+class Pause:
+    """Why every host skips the job: who paused it, when, why, until when."""
+
+    paused_at: datetime
+    paused_by: str
+    reason: str
+    until: datetime | None
+    # Paused by `pause --all`, not by a pause of its own.
+    everywhere: bool
 
 
 @dataclass(frozen=True)
@@ -176,6 +205,13 @@ class Job:
     # What status shows: the worse of the lock's and the schedule's.
     state: State
     problems: tuple[Problem, ...]
+    # Set while an operator's pause is in force.
+    pause: Pause | None = None
+
+    @property
+    def paused_for(self) -> float | None:
+        """Seconds since it was paused (None: not paused)."""
+        return None if self.pause is None else self.seconds_since(self.pause.paused_at)
 
     @property
     def held(self) -> bool:
@@ -258,7 +294,12 @@ def _from_row(*, now: datetime, name: str | None, lock_mode: str | None,
     due, note = standing(row["schedule"], row["timezone"], row["grace"], row["last_slot"],
                          row["next_slot"], now)
     run_open = bool(row["run_open"])
-    lock_state, state, problems = classify(now, lock, run_open, last_run, due, note)
+    pause = None
+    if row["paused_at"] is not None:
+        pause = Pause(row["paused_at"], row["paused_by"], row["pause_reason"],
+                      row["paused_until"], bool(row["paused_everywhere"]))
+    lock_state, state, problems = classify(now, lock, run_open, last_run, due, note,
+                                           paused=pause is not None)
     counts = {str(outcome): int(n) for outcome, n in row["outcome_counts"].items() if n}
     return now, Job(
         name=name, now=now, lock=lock, run_open=run_open, last_run_id=row["last_run_id"],
@@ -266,20 +307,22 @@ def _from_row(*, now: datetime, name: str | None, lock_mode: str | None,
         last_run=last_run, last_success_at=row["last_success_at"], counts=counts,
         consecutive_failures=row["consecutive_failures"], schedule=row["schedule"],
         timezone=row["timezone"], last_slot=row["last_slot"], due=due, schedule_note=note,
-        lock_state=lock_state, state=state, problems=problems)
+        lock_state=lock_state, state=state, problems=problems, pause=pause)
 
 
 def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun | None,
-             due: Due | None, note: str | None = None,
+             due: Due | None, note: str | None = None, *, paused: bool = False,
              ) -> tuple[State, State, tuple[Problem, ...]]:
     """The job's lock state, its state, and its problems: the one place that judges a job."""
     held = lock is not None and lock.expires_at > now
-    failed = last_run is not None and last_run.outcome in FAILURES
+    # A paused job is neither failed nor overdue: nobody is meant to run it.
+    failed = not paused and last_run is not None and last_run.outcome in FAILURES
     problems = tuple(problem for problem, found in (
         (Problem.STALE, run_open and not held),
         (Problem.FAILED, failed),
-        (Problem.OVERDUE, due is not None and due.missed > 0),
-        (Problem.UNREADABLE, note is not None)) if found)
+        (Problem.OVERDUE, not paused and due is not None and due.missed > 0),
+        (Problem.UNREADABLE, note is not None),
+        (Problem.PAUSED, paused)) if found)
     if lock is not None and held and lock.released_at is None:
         lock_state = State.CLEARED if lock.cleared_at is not None else State.RUNNING
     elif Problem.STALE in problems:
@@ -290,6 +333,8 @@ def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun
         lock_state = State.HELD if held else State.IDLE
     # Overdue ranks below stale and failed, above the rest.
     overdue = Problem.OVERDUE in problems and lock_state not in (State.STALE, State.FAILED)
+    if paused and lock_state not in (State.STALE, State.CLEARED, State.RUNNING):
+        return lock_state, State.PAUSED, problems
     return lock_state, State.OVERDUE if overdue else lock_state, problems
 
 

@@ -32,9 +32,13 @@ from pglock.schema import query
 
 # A slot that already has a run is done, even after that run released the lock: the
 # loser of a scheduled race costs one statement, and learns why it lost.
+# A paused job (or every job paused, the empty name) is skipped in the same statement.
 ACQUIRE = """
 WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), slot_ran AS (
     SELECT EXISTS (SELECT 1 FROM {schema}.runs WHERE job = %(job)s AND slot = %(slot)s) AS ran
+), paused AS (
+    SELECT EXISTS (SELECT 1 FROM {schema}.pauses WHERE job IN (%(job)s, '')
+                   AND (until IS NULL OR until > clock_timestamp())) AS is_paused
 ), taken AS (
     INSERT INTO {schema}.locks AS l
         (job, mode, holder, holder_pid, holder_id, fencing_token, ttl,
@@ -42,14 +46,15 @@ WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), slot_ran 
     SELECT %(job)s::text, %(mode)s::text, %(holder)s::text, %(holder_pid)s::integer,
            %(holder_id)s::text, 1, %(ttl)s::interval, clock_timestamp(), clock_timestamp(),
            clock_timestamp() + %(ttl)s::interval, %(backend_pid)s::integer
-    FROM slot_ran WHERE NOT slot_ran.ran
+    FROM slot_ran, paused WHERE NOT slot_ran.ran AND NOT paused.is_paused
     ON CONFLICT (job) DO UPDATE SET
         mode = excluded.mode, holder = excluded.holder, holder_pid = excluded.holder_pid,
         holder_id = excluded.holder_id, fencing_token = l.fencing_token + 1,
         ttl = excluded.ttl, acquired_at = excluded.acquired_at,
         renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
         released_at = NULL, backend_pid = excluded.backend_pid,
-        cleared_at = NULL, cleared_by = NULL
+        cleared_at = NULL, cleared_by = NULL,
+        stop_requested_at = NULL, stop_requested_by = NULL, stop_reason = NULL
     WHERE l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
        -- Holding the advisory lock proves an unreleased advisory row's holder is gone.
        OR (%(advisory_held)s AND l.mode = 'advisory' AND l.cleared_at IS NULL
@@ -60,7 +65,8 @@ WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), slot_ran 
            AND (%(rerun)s OR l.fencing_token >= %(handover_from)s::bigint))
     RETURNING fencing_token
 )
-SELECT (SELECT ran FROM slot_ran), (SELECT fencing_token FROM taken),
+SELECT (SELECT ran FROM slot_ran), (SELECT is_paused FROM paused),
+       (SELECT fencing_token FROM taken),
        (SELECT CASE WHEN released_at IS NULL THEN fencing_token ELSE fencing_token + 1 END
         FROM {schema}.locks WHERE job = %(job)s)
 FROM durable
@@ -81,7 +87,8 @@ SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
 FROM durable
 WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
   AND cleared_at IS NULL
-RETURNING expires_at
+RETURNING expires_at, stop_requested_at IS NOT NULL,
+          coalesce(stop_reason, 'no reason given') || ' (by ' || stop_requested_by || ')'
 """
 
 HOLDER = """
@@ -138,6 +145,16 @@ class Attempt(enum.Enum):
     WON = "won"
     HELD = "held elsewhere"
     SLOT_RAN = "this slot already ran"
+    PAUSED = "the job is paused (pglock status says by whom and why)"
+
+
+class Renewal(enum.Enum):
+    """What one renewal came to."""
+
+    OURS = "ours"
+    LOST = "lost"
+    # Still ours, and an operator asked (`pglock stop`) that the command be stopped.
+    STOP = "stop requested"
 
 
 def try_acquire(conn: psycopg.Connection[Any], lease: Lease, *,
@@ -146,9 +163,11 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Lease, *,
     row = conn.execute(query(ACQUIRE, lease.schema),
                        lease.params(advisory_held=advisory_held)).fetchone()
     assert row is not None
-    ran, token, handover_from = row
+    ran, paused, token, handover_from = row
     if ran:
         return Attempt.SLOT_RAN
+    if paused:
+        return Attempt.PAUSED
     if token is None:
         if lease.handover_from is None:
             lease.handover_from = handover_from
@@ -157,9 +176,12 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Lease, *,
     return Attempt.WON
 
 
-def renew(conn: psycopg.Connection[Any], lease: Lease) -> bool:
-    """Extend the lease by its ttl from now; False means it is no longer ours."""
-    return conn.execute(query(RENEW, lease.schema), lease.params()).fetchone() is not None
+def renew(conn: psycopg.Connection[Any], lease: Lease) -> tuple[Renewal, str | None]:
+    """Extend the lease by its ttl from now; whether it is still ours, and why to stop."""
+    row = conn.execute(query(RENEW, lease.schema), lease.params()).fetchone()
+    if row is None:
+        return Renewal.LOST, None
+    return (Renewal.STOP, row[2]) if row[1] else (Renewal.OURS, None)
 
 
 def note_waiting(conn: psycopg.Connection[Any], lease: Lease) -> None:

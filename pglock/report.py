@@ -2,11 +2,12 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
 
 import psycopg
+from psycopg.rows import class_row
 
 from pglock import database, schema
 from pglock.durations import HISTORY_LIMIT, check_count
@@ -31,6 +32,14 @@ _ORDER = "ORDER BY started_at DESC, id DESC LIMIT %(limit)s"
 KNOWN_JOB = """
 SELECT EXISTS (SELECT FROM {schema}.jobs WHERE job = %(job)s)
     OR EXISTS (SELECT FROM {schema}.runs WHERE job = %(job)s)
+"""
+# Operator actions on the job (or on every job: job NULL), newest first.
+ACTIONS = """
+SELECT id, at, coalesce(job, '') AS job, action, by, reason, detail
+FROM {schema}.audit
+WHERE (%(job)s::text IS NULL OR job = %(job)s OR job IS NULL)
+  AND (%(since)s::interval IS NULL OR at >= now() - %(since)s::interval)
+ORDER BY at DESC, id DESC LIMIT %(limit)s
 """
 # Audit rows of `clear` are history, but not runs: they count in no figure.
 NOT_RUNS = frozenset({Outcome.CLEARED})
@@ -81,6 +90,19 @@ class RunRow:
 
 
 @dataclass(frozen=True)
+class Action:
+    """An operator's action: clear, pause, resume, stop, forget (job '' is every job)."""
+
+    id: int
+    at: datetime
+    job: str
+    action: str
+    by: str
+    reason: str | None
+    detail: str | None
+
+
+@dataclass(frozen=True)
 class Summary:
     """A job's figures over the runs shown: failures and slowdowns at a glance."""
 
@@ -106,6 +128,8 @@ class History:
     summary: Summary | None
     # Whether the runs carry their kept output (`history --output`).
     outputs: bool = False
+    # Operator actions in the same window (not filtered by outcome or host).
+    actions: list[Action] = field(default_factory=list)
 
 
 def read(conn: psycopg.Connection[Any], schema_name: str, filters: Filters, *,
@@ -125,11 +149,19 @@ def _read(conn: psycopg.Connection[Any], schema_name: str, filters: Filters,
             raise _unknown(filters.job, schema_name)
         return History(now[0], filters, [], None, outputs)
     runs = recent(conn, schema_name, filters, outputs=outputs)
+    done = actions(conn, schema_name, filters)
     if filters.job is None:
-        return History(now[0], filters, runs, None, outputs)
+        return History(now[0], filters, runs, None, outputs, done)
     if not runs and not known(conn, schema_name, filters.job):
         raise _unknown(filters.job, schema_name)
-    return History(now[0], filters, runs, summarize(runs), outputs)
+    return History(now[0], filters, runs, summarize(runs), outputs, done)
+
+
+def actions(conn: psycopg.Connection[Any], schema_name: str, filters: Filters) -> list[Action]:
+    """Operator actions on the job (and on every job), newest first."""
+    params = {**filters.params(), "limit": min(filters.limit, 20)}
+    cursor = conn.cursor(row_factory=class_row(Action))
+    return cursor.execute(schema.query(ACTIONS, schema_name), params).fetchall()
 
 
 def recent(conn: psycopg.Connection[Any], schema_name: str, filters: Filters, *,

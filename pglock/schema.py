@@ -1,4 +1,12 @@
-"""The pglock schema: created once on first use, versioned, refused when newer than us."""
+"""The pglock schema: created once on first use, versioned, upgraded in place, refused when
+newer than us.
+
+Version 1 is `sql/schema.sql`; each later version N is one file `sql/migrations/NNN_*.sql`
+that upgrades N-1 to N. A new database gets the same statements in the same order, so a
+database upgraded from any version and a new one cannot differ. Migrations only add
+(tables, nullable columns, wider checks added NOT VALID): a holder that started under an
+older version keeps renewing and recording its run through the upgrade.
+"""
 
 from __future__ import annotations
 
@@ -11,7 +19,8 @@ from pglock.database import first_line
 from pglock.errors import DatabaseError, SchemaError
 from pglock.keys import advisory_key
 
-VERSION = 1
+# The newest migration's number (a test checks it against sql/migrations/).
+VERSION = 2
 
 _READ_VERSION = "SELECT value::int, pg_is_in_recovery() FROM {schema}.meta WHERE key = 'version'"
 # The creation lock is the advisory key of the empty job name, which no job can have.
@@ -23,12 +32,29 @@ def query(text: str, schema: str) -> sql.Composed:
     return sql.SQL(text).format(schema=sql.Identifier(schema))
 
 
-def ddl(schema: str) -> sql.Composed:
-    """The whole DDL of this version, for `init --print-sql` and for creation."""
+def migrations() -> list[tuple[int, str]]:
+    """(version, SQL text) of every version after 1, in order."""
     from importlib import resources
 
-    text = resources.files("pglock").joinpath("sql/schema.sql").read_text()
-    return query(text, schema)
+    folder = resources.files("pglock").joinpath("sql/migrations")
+    found = sorted((int(entry.name.split("_", 1)[0]), entry.read_text())
+                   for entry in folder.iterdir() if entry.name.endswith(".sql"))
+    return found
+
+
+def ddl(schema: str, upto: int = VERSION) -> sql.Composed:
+    """The whole DDL of a version (this one by default), for `init --print-sql` and creation."""
+    from importlib import resources
+
+    texts = [resources.files("pglock").joinpath("sql/schema.sql").read_text()]
+    texts += [text for version, text in migrations() if version <= upto]
+    return sql.Composed([query(text, schema) for text in texts])
+
+
+def upgrade_sql(schema: str, current: int) -> sql.Composed:
+    """The migrations that take a schema of version `current` to this one."""
+    return sql.Composed([query(text, schema) for version, text in migrations()
+                         if version > current])
 
 
 def ensure(conn: psycopg.Connection[Any], schema: str) -> None:
@@ -41,6 +67,9 @@ def ensure(conn: psycopg.Connection[Any], schema: str) -> None:
     except psycopg.Error as error:
         raise SchemaError(f"cannot read schema {schema!r}: {first_line(error)}") from error
     _check(row, schema)
+    assert row is not None
+    if row[0] < VERSION:
+        create(conn, schema)
 
 
 def readable(conn: psycopg.Connection[Any], schema: str) -> bool:
@@ -51,13 +80,18 @@ def readable(conn: psycopg.Connection[Any], schema: str) -> bool:
         return False
     except psycopg.Error as error:
         raise SchemaError(f"cannot read schema {schema!r}: {first_line(error)}") from error
-    if row is None or row[0] > VERSION:
+    if row is None or row[0] != VERSION:
         _check(row, schema)
+        assert row is not None
+        if row[0] < VERSION:
+            # A report after an upgrade of pglock: the tables it reads must be this version's.
+            create(conn, schema)
     return True
 
 
 def create(conn: psycopg.Connection[Any], schema: str) -> None:
-    """Create the schema under an advisory transaction lock, so 100 hosts create it once."""
+    """Create (or upgrade) the schema under an advisory transaction lock, so 100 hosts
+    starting at once create it once, and an upgrade runs once."""
     try:
         with conn.transaction():
             conn.execute(_CREATION_LOCK, (advisory_key(schema, ""),))
@@ -68,9 +102,13 @@ def create(conn: psycopg.Connection[Any], schema: str) -> None:
                 conn.execute(ddl(schema))
                 return
             _check(row, schema)
+            assert row is not None
+            if row[0] < VERSION:
+                conn.execute(upgrade_sql(schema, row[0]))
     except psycopg.errors.InsufficientPrivilege as error:
-        raise SchemaError(f"cannot create schema {schema!r}: {first_line(error)}; "
-                          "ask a DBA to run the output of `pglock init --print-sql`") from error
+        raise SchemaError(f"cannot create or upgrade schema {schema!r}: {first_line(error)}; "
+                          "ask a DBA to run the output of `pglock init --print-sql` (new) or "
+                          "`pglock init --print-upgrade` (existing)") from error
     except psycopg.errors.ReadOnlySqlTransaction as error:
         raise DatabaseError("the server is read-only; pglock needs the primary") from error
     except psycopg.Error as error:

@@ -9,9 +9,9 @@ from typing import Any
 
 from pglock.admin import Cleared
 from pglock.durations import format_duration
-from pglock.jobs import Job, Lock, State
+from pglock.jobs import Job, Lock, Pause, State
 from pglock.render import NONE, Grid, Screen, ago, clip, escaped, header, iso, took, when
-from pglock.report import History, RunRow, Summary
+from pglock.report import Action, History, RunRow, Summary
 from pglock.schedule import MISSED_LIMIT
 from pglock.status import Status
 
@@ -22,6 +22,7 @@ STATE_LOOK = {
     State.OVERDUE: ("@ overdue", "yellow"),
     State.CLEARED: ("~ cleared", "magenta"),
     State.RUNNING: ("> running", "green"),
+    State.PAUSED: ("| paused", "blue"),
     State.HELD: ("= held", "cyan"),
     State.IDLE: ("  idle", "dim"),
 }
@@ -55,12 +56,46 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
     if overdue > tally[State.OVERDUE]:
         line += f" ({overdue} overdue in all)"
     screen.parts.append(line)
+    screen.parts.extend(pause_lines(report.jobs))
     if report.job is not None and report.jobs[0].schedule is not None:
         screen.parts.append(schedule_line(report.jobs[0]))
     if len(report.jobs) == 1 and report.runs:
         screen.parts.append(f"\nrecent runs of {report.jobs[0].name}:")
         screen.parts.append(runs_grid(report.runs, report.now, with_job=False))
+    if report.actions:
+        screen.parts.append("\noperator actions:")
+        screen.parts.extend(action_line(action) for action in report.actions)
     return screen
+
+
+def pause_lines(jobs: list[Job]) -> list[str]:
+    """Who paused what, when, why and until when: `pause --all` once, other pauses each."""
+    lines = []
+    everywhere = next((job.pause for job in jobs if job.pause and job.pause.everywhere), None)
+    if everywhere is not None:
+        lines.append("every job is " + _paused_text(everywhere))
+    for job in jobs:
+        if job.pause is not None and not job.pause.everywhere:
+            lines.append(f"{job.name} is " + _paused_text(job.pause))
+    return ["", *lines] if lines else []
+
+
+def _paused_text(pause: Pause) -> str:
+    until = f" until {when(pause.until)}" if pause.until else " until resumed"
+    return (f"paused since {when(pause.paused_at)} by {escaped(pause.paused_by)}{until}: "
+            f"{escaped(pause.reason)}")
+
+
+def action_line(action: Action) -> str:
+    """One operator action, as status --job and history list them."""
+    what = "every job" if action.job == "" else action.job
+    reason = f": {escaped(action.reason)}" if action.reason else ""
+    return f"  {when(action.at)}  {action.action} {what} by {escaped(action.by)}{reason}"
+
+
+def action_json(action: Action) -> dict[str, Any]:
+    return {"at": iso(action.at), "job": action.job or None, "action": action.action,
+            "by": action.by, "reason": action.reason, "detail": action.detail}
 
 
 def status_cells(job: Job, state: str) -> list[str]:
@@ -136,6 +171,8 @@ def status_json(report: Status, place: str, schema: str) -> dict[str, Any]:
                                 "jobs": [job_json(job) for job in report.jobs]}
     if len(report.jobs) == 1 and report.runs:
         document["recent_runs"] = [run_json(run) for run in report.runs]
+    if report.job is not None:
+        document["actions"] = [action_json(action) for action in report.actions]
     return document
 
 
@@ -159,6 +196,10 @@ def job_json(job: Job) -> dict[str, Any]:
         "last_success_at": iso(job.last_success_at),
         "outcome_counts": job.counts,
         "schedule": schedule_json(job),
+        "paused": None if job.pause is None else {
+            "since": iso(job.pause.paused_at), "by": job.pause.paused_by,
+            "reason": job.pause.reason, "until": iso(job.pause.until),
+            "every_job": job.pause.everywhere},
     }
 
 
@@ -182,9 +223,13 @@ def history_screen(found: History, place: str, schema: str) -> Screen:
         screen.parts.append(summary_line(found.filters.job or "", found.summary) + "\n")
     if not found.runs:
         screen.parts.append("no runs match")
-        return screen
-    screen.parts.append(runs_grid(found.runs, found.now, with_job=found.filters.job is None,
-                                  bars=found.summary is not None, outputs=found.outputs))
+    else:
+        screen.parts.append(runs_grid(found.runs, found.now,
+                                      with_job=found.filters.job is None,
+                                      bars=found.summary is not None, outputs=found.outputs))
+    if found.actions:
+        screen.parts.append("\noperator actions:")
+        screen.parts.extend(action_line(action) for action in found.actions)
     return screen
 
 
@@ -303,6 +348,7 @@ def history_json(found: History, place: str, schema: str) -> dict[str, Any]:
                     "outcome": found.filters.outcome, "host": found.filters.host,
                     "limit": found.filters.limit},
         "runs": [run_json(run, output=found.outputs) for run in found.runs],
+        "actions": [action_json(action) for action in found.actions],
         "summary": None if summary is None else {
             "runs": summary.runs, "finished": summary.finished, "succeeded": summary.succeeded,
             "success_rate": summary.success_rate, "p50": summary.p50, "p95": summary.p95,

@@ -7,7 +7,7 @@ is shown as stale, not marked abandoned, since its holder may merely be cut off.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
 
@@ -29,6 +29,8 @@ class Status:
     runs: list[report.RunRow]
     # The job asked for (--job), if any.
     job: str | None = None
+    # With --job: the operators' recent actions on it (and on every job).
+    actions: list[report.Action] = field(default_factory=list)
 
 
 def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None) -> Status:
@@ -36,11 +38,14 @@ def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None
     snapshot = jobs.read(conn, schema_name, job)
     if job is not None and not snapshot.jobs:
         raise UnknownJob(f"no job named {job!r} has run here (schema {schema_name!r})")
-    runs = []
+    runs: list[report.RunRow] = []
+    actions: list[report.Action] = []
     if job is not None:
         with database.translated("cannot read the status"):
-            runs = report.recent(conn, schema_name, report.Filters(job=job, limit=RECENT_RUNS))
-    return Status(snapshot.now, snapshot.jobs, runs, job)
+            filters = report.Filters(job=job, limit=RECENT_RUNS)
+            runs = report.recent(conn, schema_name, filters)
+            actions = report.actions(conn, schema_name, filters)
+    return Status(snapshot.now, snapshot.jobs, runs, job, actions)
 
 
 def one(conn: psycopg.Connection[Any], schema_name: str, job: str) -> Job | None:

@@ -88,6 +88,7 @@ class Supervision:
     started: float = field(default_factory=clock.now)
     lost: str | None = None
     timed_out: bool = False
+    stopped: str | None = None
     kill_at: float | None = None
     # Told the SIGKILL time when the lock is lost and the command gets its SIGTERM from
     # here (the watchdog then need not send one of its own).
@@ -112,7 +113,7 @@ class Supervision:
             selector.close()
             if exit_fd is not None:
                 os.close(exit_fd)
-        if self.lost or self.timed_out:
+        if self.lost or self.timed_out or self.stopped:
             # The leader is gone; nothing else of the group may go on working unlocked.
             self.child.signal_family(signal.SIGKILL)
         return returncode
@@ -132,6 +133,9 @@ class Supervision:
                 self._stop(now, self.heartbeat.grace)
                 if self.on_terminated is not None and self.kill_at is not None:
                     self.on_terminated(self.kill_at)
+        if self.stopped is None and self.heartbeat.stop_requested is not None:
+            self.stopped = self.heartbeat.stop_requested
+            self._stop(now, self.kill_after)
         if (self.max_runtime is not None and not self.timed_out
                 and now >= self.started + self.max_runtime):
             self.timed_out = True
@@ -167,6 +171,10 @@ class Supervision:
         if self.lost:
             return RunResult(Outcome.LOCK_LOST, status, duration, signum,
                              f"lock lost: {self.lost}"), ExitStatus.INTERNAL
+        if self.stopped is not None:
+            # As a command that SIGTERM ended; `stop` is the operator's, so never a retry.
+            return RunResult(Outcome.STOPPED, status, duration, signum,
+                             f"stopped by pglock stop: {self.stopped}"), 128 + signal.SIGTERM
         if self.timed_out:
             return RunResult(Outcome.TIMED_OUT, status, duration, signum,
                              "stopped by --max-runtime"), ExitStatus.TIMED_OUT

@@ -1,0 +1,291 @@
+"""Operators in control of the fleet: pause and resume jobs, stop a running command.
+
+A pause is a row every host's acquire reads in its own statement: paused hosts skip
+as if the lock were held, and nothing is recorded. The empty job name, which no job
+can have, pauses every job, known or not. `stop` marks the holder's lock row; the
+holder sees it at its next renewal (or advisory check), stops its command and releases
+the lock normally. Every action writes an audit row: who, from which host, why.
+"""
+
+from __future__ import annotations
+
+import time
+from dataclasses import dataclass
+from datetime import datetime, timedelta
+from typing import Any
+
+import psycopg
+
+from pglock import database, schema
+from pglock.errors import NothingDone, UnknownJob, UsageError
+
+# Every job, for the pause and audit rows of --all.
+ALL = ""
+
+UNKNOWN = """
+SELECT j FROM unnest(%(jobs)s::text[]) AS j
+WHERE NOT EXISTS (SELECT 1 FROM {schema}.jobs WHERE job = j)
+  AND NOT EXISTS (SELECT 1 FROM {schema}.locks WHERE job = j)
+"""
+
+UNTIL = """
+SELECT CASE WHEN %(for)s::interval IS NOT NULL THEN clock_timestamp() + %(for)s::interval
+            ELSE %(until)s::timestamptz END,
+       clock_timestamp()
+"""
+
+PAUSE = """
+WITH paused AS (
+    INSERT INTO {schema}.pauses AS p (job, paused_at, paused_by, reason, until)
+    SELECT j, clock_timestamp(), %(by)s, %(reason)s, %(until)s
+    FROM unnest(%(jobs)s::text[]) AS j
+    ON CONFLICT (job) DO UPDATE SET paused_at = excluded.paused_at,
+        paused_by = excluded.paused_by, reason = excluded.reason, until = excluded.until
+    RETURNING p.job, p.paused_at, p.until
+), audit AS (
+    INSERT INTO {schema}.audit (job, action, by, reason, detail)
+    SELECT nullif(job, ''), 'pause', %(by)s, %(reason)s,
+           CASE WHEN until IS NOT NULL THEN 'until ' || until::text END
+    FROM paused
+)
+SELECT p.job, p.until, l.holder, l.holder_pid, l.acquired_at
+FROM paused p
+LEFT JOIN {schema}.locks l
+       ON (l.job = p.job OR p.job = '') AND l.released_at IS NULL AND l.cleared_at IS NULL
+      AND l.expires_at > clock_timestamp()
+ORDER BY p.job, l.job
+"""
+
+RESUME = """
+WITH resumed AS (
+    DELETE FROM {schema}.pauses WHERE job = ANY(%(jobs)s::text[])
+    RETURNING job, until IS NULL OR until > clock_timestamp() AS active
+), audit AS (
+    INSERT INTO {schema}.audit (job, action, by, reason)
+    SELECT nullif(job, ''), 'resume', %(by)s, %(reason)s FROM resumed WHERE active
+)
+SELECT r.job, r.active,
+       (SELECT paused_at FROM {schema}.pauses
+        WHERE job = '' AND (until IS NULL OR until > clock_timestamp())) AS all_paused_at
+FROM resumed r
+"""
+
+STILL_ALL = """
+SELECT paused_at FROM {schema}.pauses
+WHERE job = '' AND (until IS NULL OR until > clock_timestamp())
+"""
+
+STOP = """
+WITH asked AS (
+    UPDATE {schema}.locks l
+    SET stop_requested_at = coalesce(l.stop_requested_at, clock_timestamp()),
+        stop_requested_by = %(by)s, stop_reason = %(reason)s
+    WHERE l.job = %(job)s AND l.released_at IS NULL AND l.cleared_at IS NULL
+      AND l.expires_at > clock_timestamp()
+    RETURNING l.holder, l.holder_pid, l.fencing_token, l.mode,
+              extract(epoch FROM l.ttl)::float8 AS ttl, l.acquired_at, l.stop_requested_at
+), audit AS (
+    INSERT INTO {schema}.audit (job, action, by, reason, detail)
+    SELECT %(job)s, 'stop', %(by)s, %(reason)s,
+           'holder ' || holder || ':' || holder_pid || ' token ' || fencing_token
+    FROM asked
+)
+SELECT * FROM asked
+"""
+
+# Whether the holder has seen the request (a renewal after it), and how its run ended.
+STOPPING = """
+SELECT l.fencing_token = %(token)s AND l.renewed_at > l.stop_requested_at AS seen,
+       (SELECT r.outcome FROM {schema}.runs r
+        WHERE r.job = %(job)s AND r.fencing_token = %(token)s AND r.outcome <> 'cleared'
+        ORDER BY r.id DESC LIMIT 1) AS outcome,
+       (SELECT r.exit_code FROM {schema}.runs r
+        WHERE r.job = %(job)s AND r.fencing_token = %(token)s AND r.outcome <> 'cleared'
+        ORDER BY r.id DESC LIMIT 1) AS exit_code,
+       clock_timestamp() > l.stop_requested_at + l.ttl AS overdue
+FROM {schema}.locks l WHERE l.job = %(job)s
+"""
+
+
+FORGET = """
+WITH running AS (
+    SELECT l.holder, l.holder_pid FROM {schema}.locks l
+    WHERE l.job = %(job)s AND l.released_at IS NULL AND l.expires_at > clock_timestamp()
+), forgotten AS (
+    UPDATE {schema}.jobs j SET forgotten_at = clock_timestamp()
+    WHERE j.job = %(job)s AND j.forgotten_at IS NULL AND NOT EXISTS (SELECT 1 FROM running)
+    RETURNING j.job
+), audit AS (
+    INSERT INTO {schema}.audit (job, action, by, reason)
+    SELECT job, 'forget', %(by)s, %(reason)s FROM forgotten
+)
+SELECT EXISTS (SELECT 1 FROM forgotten),
+       (SELECT holder || ':' || holder_pid FROM running),
+       EXISTS (SELECT 1 FROM {schema}.jobs WHERE job = %(job)s AND forgotten_at IS NULL)
+"""
+
+
+@dataclass(frozen=True)
+class Until:
+    """When a pause ends by itself: a span from now (database time), or a moment."""
+
+    span: float | None = None
+    moment: datetime | None = None
+
+
+@dataclass(frozen=True)
+class Running:
+    """A holder whose command a pause leaves to finish."""
+
+    job: str
+    holder: str
+    holder_pid: int
+    since: datetime
+
+
+@dataclass(frozen=True)
+class Paused:
+    """What `pause` did."""
+
+    jobs: list[str]
+    until: datetime | None
+    running: list[Running]
+
+
+@dataclass(frozen=True)
+class Resumed:
+    """What `resume` did: the jobs it resumed, those that were not paused, and whether
+    every job is still paused by `pause --all`."""
+
+    resumed: list[str]
+    not_paused: list[str]
+    all_paused_since: datetime | None
+
+
+@dataclass(frozen=True)
+class StopRequest:
+    """The holder `stop` asked to stop."""
+
+    job: str
+    holder: str
+    holder_pid: int
+    fencing_token: int
+    mode: str
+    ttl: float
+    acquired_at: datetime
+    requested_at: datetime
+
+
+@dataclass(frozen=True)
+class StopResult:
+    """How the stopped run ended, or that its holder did not react."""
+
+    outcome: str | None
+    exit_code: int | None
+    reacted: bool
+
+
+def _targets(jobs: list[str], every: bool) -> list[str]:
+    if every and jobs:
+        raise UsageError("--job and --all do not go together")
+    if not every and not jobs:
+        raise UsageError("name the jobs (--job NAME, repeatable) or --all")
+    return [ALL] if every else list(dict.fromkeys(jobs))
+
+
+def _check_known(conn: psycopg.Connection[Any], schema_name: str, jobs: list[str]) -> None:
+    if jobs == [ALL]:
+        return
+    unknown = [row[0] for row in conn.execute(schema.query(UNKNOWN, schema_name),
+                                              {"jobs": jobs}).fetchall()]
+    if unknown:
+        raise UnknownJob(f"no job named {unknown[0]!r} has run here (schema {schema_name!r}); "
+                         "--all pauses every job, known or not")
+
+
+def pause(conn: psycopg.Connection[Any], schema_name: str, jobs: list[str], *, every: bool,
+          reason: str, until: Until | None, by: str) -> Paused:
+    """Pause the jobs (or every job); the holders whose running commands will finish."""
+    targets = _targets(jobs, every)
+    with database.translated("cannot pause"):
+        schema.ensure(conn, schema_name)
+        _check_known(conn, schema_name, targets)
+        ends = None
+        if until is not None:
+            span = None if until.span is None else timedelta(seconds=until.span)
+            row = conn.execute(UNTIL, {"for": span, "until": until.moment}).fetchone()
+            assert row is not None
+            ends, now = row
+            if ends <= now:
+                raise UsageError(f"--until: {ends:%Y-%m-%d %H:%M:%S%z} is in the past "
+                                 "(database time)")
+        with conn.transaction():
+            rows = conn.execute(schema.query(PAUSE, schema_name), {
+                "jobs": targets, "by": by, "reason": reason, "until": ends}).fetchall()
+    running = [Running(job, holder, pid, since) for job, _, holder, pid, since in rows
+               if holder is not None]
+    return Paused(targets, ends, running)
+
+
+def resume(conn: psycopg.Connection[Any], schema_name: str, jobs: list[str], *, every: bool,
+           reason: str | None, by: str) -> Resumed:
+    """Resume the jobs (or, with --all, undo `pause --all`)."""
+    targets = _targets(jobs, every)
+    with database.translated("cannot resume"):
+        schema.ensure(conn, schema_name)
+        with conn.transaction():
+            rows = conn.execute(schema.query(RESUME, schema_name),
+                                {"jobs": targets, "by": by, "reason": reason}).fetchall()
+            still = conn.execute(schema.query(STILL_ALL, schema_name)).fetchone()
+    resumed = [job for job, active, _ in rows if active]
+    return Resumed(resumed, [job for job in targets if job not in resumed],
+                   None if still is None else still[0])
+
+
+def stop(conn: psycopg.Connection[Any], schema_name: str, job: str, *, reason: str,
+         by: str) -> StopRequest:
+    """Ask the job's holder to stop its command; NothingDone when nothing runs."""
+    with database.translated(f"cannot stop job {job!r}"):
+        schema.ensure(conn, schema_name)
+        with conn.transaction():
+            row = conn.execute(schema.query(STOP, schema_name),
+                               {"job": job, "by": by, "reason": reason}).fetchone()
+    if row is None:
+        raise NothingDone(f"job {job!r} is not running; nothing to stop")
+    return StopRequest(job, *row)
+
+
+def wait_stopped(conn: psycopg.Connection[Any], schema_name: str, request: StopRequest,
+                 poll: float = 0.25) -> StopResult:
+    """Wait until the stopped run has ended, or its holder failed to react within its ttl."""
+    params = {"job": request.job, "token": request.fencing_token}
+    seen = False
+    with database.translated(f"cannot follow the stop of job {request.job!r}"):
+        while True:
+            row = conn.execute(schema.query(STOPPING, schema_name), params).fetchone()
+            if row is None:
+                return StopResult(None, None, seen)
+            seen = seen or bool(row[0])
+            outcome, exit_code, overdue = row[1], row[2], row[3]
+            if outcome is not None and outcome != "running":
+                return StopResult(outcome, exit_code, True)
+            if overdue and not seen:
+                return StopResult(None, None, False)
+            time.sleep(poll)
+
+
+def forget(conn: psycopg.Connection[Any], schema_name: str, job: str, *, reason: str,
+           by: str) -> None:
+    """Retire a job: gone from status, check and metrics; refused while it runs."""
+    with database.translated(f"cannot forget job {job!r}"):
+        schema.ensure(conn, schema_name)
+        with conn.transaction():
+            row = conn.execute(schema.query(FORGET, schema_name),
+                               {"job": job, "by": by, "reason": reason}).fetchone()
+    assert row is not None
+    done, running, known = row
+    if running is not None:
+        raise NothingDone(f"job {job!r} is running on {running}; let it finish (or "
+                          "pglock stop it) before forgetting it")
+    if not done and not known:
+        raise UnknownJob(f"no job named {job!r} is known here (schema {schema_name!r})")

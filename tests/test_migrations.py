@@ -1,0 +1,100 @@
+"""Schema versions: a database of every earlier version is upgraded in place, its data kept
+and its running holders unharmed; a new database and an upgraded one are the same."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import Env
+from psycopg import sql
+
+from pglock import lease, schema
+
+COLUMNS = """
+SELECT table_name, column_name, data_type, is_nullable, column_default
+FROM information_schema.columns WHERE table_schema = %s ORDER BY 1, 2
+"""
+CONSTRAINTS = """
+SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+FROM pg_constraint WHERE connamespace = %s::regnamespace ORDER BY 1, 2
+"""
+INDEXES = "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY 1"
+
+
+def shape(env: Env, name: str) -> list[Any]:
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        found: list[Any] = []
+        for text in (COLUMNS, CONSTRAINTS, INDEXES):
+            rows = conn.execute(text, (name,)).fetchall()
+            # Index and constraint text names the schema; compare them without it.
+            found += [tuple(str(v).replace(f'"{name}".', "").replace(f"{name}.", "")
+                            for v in row) for row in rows]
+        return found
+
+
+def test_version_is_the_newest_migration() -> None:
+    folder = resources.files("pglock").joinpath("sql/migrations")
+    numbers = sorted(int(f.name.split("_")[0]) for f in folder.iterdir()
+                     if f.name.endswith(".sql"))
+    assert numbers == list(range(2, schema.VERSION + 1))
+    for number, text in schema.migrations():
+        assert re.search(rf"SET value = '{number}' WHERE key = 'version'", text), number
+
+
+@pytest.mark.parametrize("old", range(1, schema.VERSION))
+def test_every_earlier_version_upgrades_in_place(env: Env, old: int) -> None:
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(schema.ddl(env.schema, upto=old))
+        conn.execute(sql.SQL(
+            "INSERT INTO {}.runs (job, mode, holder, holder_pid, command, started_at, outcome) "
+            "VALUES ('kept', 'lease', 'h', 1, 'true', now(), 'succeeded')").format(
+                sql.Identifier(env.schema)))
+        claim = lease.Lease(job="held", schema=env.schema, ttl=60)
+        row = conn.execute(schema.query(
+            "INSERT INTO {schema}.locks (job, mode, holder, holder_pid, holder_id, fencing_token,"
+            " ttl, acquired_at, renewed_at, expires_at) VALUES (%(job)s, 'lease', %(holder)s, "
+            "%(holder_pid)s, %(holder_id)s, 7, %(ttl)s, now(), now(), now() + %(ttl)s) "
+            "RETURNING fencing_token", env.schema), claim.params()).fetchone()
+        assert row is not None
+        claim.fencing_token = row[0]
+    # The first pglock of the new version upgrades the schema in place.
+    result = env.run("run", "--job", "after", "--", "true")
+    assert (result.returncode, result.stderr) == (0, ""), result
+    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [
+        (str(schema.VERSION),)]
+    assert env.query("SELECT job, outcome FROM {schema}.runs ORDER BY id") == [
+        ("kept", "succeeded"), ("after", "succeeded")]
+    # The holder from before the upgrade still renews and releases its lock.
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        assert lease.renew(conn, claim)[0] is lease.Renewal.OURS
+        lease.release(conn, claim)
+    contender = env.run("run", "--job", "held", "--", "true")
+    assert contender.returncode == 0, contender
+    assert env.query("SELECT fencing_token FROM {schema}.locks WHERE job = 'held'") == [(8,)]
+
+
+def test_an_upgraded_schema_is_a_new_one(env: Env) -> None:
+    fresh = env.schema + "_new"
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(schema.ddl(env.schema, upto=1))
+        schema.ensure(conn, env.schema)
+        conn.execute(schema.ddl(fresh))
+    try:
+        upgraded, new = shape(env, env.schema), shape(env, fresh)
+        assert upgraded == [tuple(str(v).replace(fresh, env.schema) for v in r) for r in new]
+    finally:
+        with psycopg.connect(env.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(fresh)))
+
+
+def test_reports_upgrade_an_older_schema(env: Env) -> None:
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(schema.ddl(env.schema, upto=1))
+    result = env.run("status", "--json")
+    assert (result.returncode, result.stderr) == (0, ""), result
+    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [
+        (str(schema.VERSION),)]
