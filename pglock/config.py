@@ -14,7 +14,7 @@ _LIBPQ_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGSERVICE", "PGDATABASE")
 DEFAULT_SCHEMA = "pglock"
 # The keys a config file may hold, and their type. An unknown key is an error: a typo'd
 # `dsn` would otherwise send the fleet to the embedded, this-host-only server.
-CONFIG_KEYS: dict[str, type] = {"dsn": str, "schema": str}
+CONFIG_KEYS: dict[str, type] = {"dsn": str, "schema": str, "embedded": bool}
 
 
 @dataclass(frozen=True)
@@ -73,7 +73,10 @@ def _check_keys(path: Path, values: dict[str, object]) -> None:
         if expected is None:
             raise ConfigError(f"config file {shown(str(path))}: unknown key {shown(key)!r} "
                               f"(known: {', '.join(CONFIG_KEYS)})")
-        if not isinstance(value, expected) or not value:
+        if expected is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"config file {shown(str(path))}: {key} must be true or false")
+        elif not isinstance(value, expected) or not value:
             raise ConfigError(f"config file {shown(str(path))}: {key} must be a non-empty "
                               "string")
 

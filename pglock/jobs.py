@@ -26,7 +26,8 @@ from pglock.history import Outcome
 
 # Outcomes of a finished run ('running' is not one; 'cleared' is an audit row).
 FINISHED = tuple(o for o in Outcome if o not in (Outcome.RUNNING, Outcome.CLEARED))
-FAILURES = tuple(o for o in FINISHED if o is not Outcome.SUCCEEDED)
+# An operator's `stop` is no failure of the job: the run ended as asked.
+FAILURES = tuple(o for o in FINISHED if o not in (Outcome.SUCCEEDED, Outcome.STOPPED))
 
 # One row per job that has a `jobs` or a `locks` row (a lock taken whose run never
 # started has only the latter). The clock is read in the same statement, so that no

@@ -68,7 +68,7 @@ def test_clear_when_nobody_holds_the_job(env: Env) -> None:
     never = env.run("clear", "--job", "ghost", "--yes")
     assert (never.returncode, never.stderr) == (0, "")
     assert "nobody holds job 'ghost'" in never.stdout
-    assert env.run("run", "--job", "done", "--", "true").returncode == 0
+    assert env.run("run", "--job", "done", "--min-hold", "0", "--", "true").returncode == 0
     finished = env.run("clear", "--job", "done", stdin=subprocess.DEVNULL)
     assert (finished.returncode, finished.stderr) == (0, "")
     assert "nobody holds job 'done'" in finished.stdout

@@ -49,7 +49,7 @@ def test_the_lock_is_held_until_a_daemon_the_command_started_exits(env: Env) -> 
             holder.kill()
             holder.communicate()
     assert [r["outcome"] for r in env.runs("daemon")] == ["succeeded"]
-    assert env.run("run", "--job", "daemon", "--", "true").returncode == 0
+    assert env.run("run", "--job", "daemon", "--rerun", "--", "true").returncode == 0
 
 
 def test_max_runtime_stops_the_daemon_too(env: Env) -> None:
@@ -84,7 +84,7 @@ def test_leave_descendants_lets_the_daemon_run_on_unlocked(env: Env) -> None:
         [row] = env.runs("leave")
         assert row["outcome"] == "succeeded"
         # As documented: the environment variable does the same.
-        again = env.run("run", "--job", "leave", "--", "true",
+        again = env.run("run", "--job", "leave", "--rerun", "--", "true",
                         env={"PGLOCK_LEAVE_DESCENDANTS": "1"})
         assert again.returncode == 0
     finally:

@@ -18,8 +18,8 @@ def test_a_non_utf8_command_path_runs_and_is_recorded_escaped(env: Env) -> None:
     script = env.tmp / os.fsdecode(b"caf\xe9.sh")
     script.write_text("#!/bin/sh\necho ran\n")
     script.chmod(0o755)
-    # The lock was released at once: the next run does not wait out a ttl.
-    result = env.run("run", "--job", "latin", "--", str(script))
+    # The lock was released at once: a deliberate rerun does not wait out a ttl.
+    result = env.run("run", "--job", "latin", "--rerun", "--", str(script))
     assert (result.returncode, result.stdout, result.stderr) == (0, "ran\n", "")
     rows = env.runs("latin")
     assert [(r["outcome"], r["exit_code"]) for r in rows] == [("failed", 127), ("succeeded", 0)]
@@ -57,7 +57,7 @@ def test_holder_and_reason_are_shown_escaped(env: Env) -> None:
 def test_names_that_look_identical_are_one_job(env: Env) -> None:
     decomposed, composed = "caf" + "e\u0301", "caf\u00e9"
     assert env.run("run", "--job", decomposed, "--", "true").returncode == 0
-    assert env.run("run", "--job", composed, "--", "true").returncode == 0
+    assert env.run("run", "--job", composed, "--rerun", "--", "true").returncode == 0
     assert env.query("SELECT job, fencing_token FROM {schema}.locks") == [(composed, 2)]
     status = env.run("status", "--job", decomposed, "--json")
     assert status.returncode == 0, status

@@ -155,7 +155,8 @@ def test_a_failed_hook_is_recorded_and_said_only_with_verbose(env: Env) -> None:
     assert (quiet.returncode, quiet.stdout, quiet.stderr) == (0, "", "")
     [row] = env.runs("bad-hook")
     assert (row["outcome"], row["error"]) == ("succeeded", "on-success hook exited 7: oops")
-    loud = env.run("run", "--job", "bad-hook", "-v", "--on-success", "exit 7", "--", "true")
+    loud = env.run("run", "--job", "bad-hook", "--rerun", "-v", "--on-success", "exit 7", "--",
+                   "true")
     assert loud.returncode == 0
     assert "on-success hook exited 7" in loud.stderr
 
@@ -180,7 +181,7 @@ def test_recovery_fires_once_after_a_failure(env: Env) -> None:
     hook = f'echo "$PGLOCK_PREVIOUS_OUTCOME $PGLOCK_RUN_ID" >> {recovered}'
 
     def run(code: int) -> int:
-        result = env.run("run", "--job", "flaky", "--on-recovery", hook,
+        result = env.run("run", "--job", "flaky", "--rerun", "--on-recovery", hook,
                          "--", "sh", "-c", f"exit {code}")
         assert result.returncode == code
         return int(env.runs("flaky")[-1]["id"])
@@ -202,7 +203,7 @@ def test_recovery_after_a_timed_out_run(env: Env) -> None:
     timed_out = env.run("run", "--job", "slow", "--max-runtime", "1s", "--kill-after", "1s",
                         "--", "sleep", "30")
     assert timed_out.returncode == 124
-    result = env.run("run", "--job", "slow", "--on-recovery",
+    result = env.run("run", "--job", "slow", "--rerun", "--on-recovery",
                      f'echo "$PGLOCK_PREVIOUS_OUTCOME" > {recovered}', "--", "true")
     assert result.returncode == 0
     assert recovered.read_text() == "timed_out\n"

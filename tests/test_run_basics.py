@@ -14,6 +14,8 @@ import pytest
 from conftest import Env, one_line
 from psycopg import sql
 
+from pglock import schema
+
 
 def table_exists(env: Env, table: str) -> bool:
     rows = env.query("SELECT 1 FROM pg_tables WHERE schemaname = %s AND tablename = %s",
@@ -400,10 +402,12 @@ def test_init_creates_the_schema_and_is_repeatable(env: Env) -> None:
     assert env.schema in first.stdout
     for table in ("locks", "runs", "jobs", "meta"):
         assert table_exists(env, table), table
-    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [("1",)]
+    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [
+        (str(schema.VERSION),)]
     second = env.run("init")
     assert (second.returncode, second.stderr) == (0, ""), second
-    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [("1",)]
+    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [
+        (str(schema.VERSION),)]
 
 
 # 10. A newer schema -----------------------------------------------------------------------

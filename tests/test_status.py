@@ -15,7 +15,7 @@ from operating import ANSI, COLOUR, holding, on_terminal, pglock_json, plain, ro
 
 
 def test_status_shows_the_holder_while_it_runs_then_its_last_run(env: Env) -> None:
-    with holding(env, "busy", "--ttl", "5s", "--holder", "web-1") as holder:
+    with holding(env, "busy", "--ttl", "5s", "--holder", "web-1", "--min-hold", "0") as holder:
         screen = plain(env, "status")
         assert f"schema {env.schema}" in screen.splitlines()[0]
         cells = row_of(screen, "busy")
@@ -46,7 +46,7 @@ def test_status_shows_the_holder_while_it_runs_then_its_last_run(env: Env) -> No
 
 
 def test_failed_last_run_and_stale_lock_are_flagged(env: Env) -> None:
-    assert env.run("run", "--job", "ok", "--", "true").returncode == 0
+    assert env.run("run", "--job", "ok", "--min-hold", "0", "--", "true").returncode == 0
     assert env.run("run", "--job", "broken", "--", "sh", "-c", "exit 3").returncode == 3
     with holding(env, "vanished", "--ttl", "5s") as holder:
         holder.kill()  # its command dies with it (PDEATHSIG); its run stays marked running
@@ -131,7 +131,8 @@ def test_status_shows_next_due_and_flags_overdue_jobs_with_their_missed_slots(en
     last_ran_years_ago(env, "late", 3)
     run_yearly(env, "broken-and-late", "sh", "-c", "exit 3", code=3)
     last_ran_years_ago(env, "broken-and-late", 1)
-    assert env.run("run", "--job", "unscheduled", "--", "true").returncode == 0
+    assert env.run("run", "--job", "unscheduled", "--min-hold", "0", "--",
+                   "true").returncode == 0
     # This year's slot passed with no run, but within its (long) grace: pending.
     run_yearly(env, "pending")
     last_ran_years_ago(env, "pending", 1)

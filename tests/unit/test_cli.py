@@ -156,7 +156,8 @@ USAGE = [
                  id="init-long-schema"),
     pytest.param(("history", "--outcome", "exploded"), 2,
                  "pglock: --outcome: 'exploded' is not one of running, succeeded, failed, "
-                 "timed_out, lock_lost, killed, abandoned, cleared", id="history-bad-outcome"),
+                 "timed_out, lock_lost, killed, abandoned, cleared, stopped",
+                 id="history-bad-outcome"),
     pytest.param(("history", "--limit", "0"), 2, "pglock: --limit: 0 is out of range (1 to 100000)",
                  id="history-limit-0"),
     pytest.param(("history", "--since", "yesterday"), 2,

@@ -76,12 +76,14 @@ def test_states_are_listed_worst_first_and_each_has_a_look() -> None:
 def test_each_problem_has_a_weight_and_a_reason() -> None:
     assert set(check.REASONS) == set(Problem)
     assert all(isinstance(problem.weight, jobs.Weight) for problem in Problem)
-    assert sorted(p for p in Problem if p.counted) == [P.FAILED, P.OVERDUE, P.STALE]
+    assert sorted(p for p in Problem if p.counted) == [P.FAILED, P.OVERDUE, P.PAUSED, P.STALE]
 
 
 def test_outcomes_come_from_history_in_order() -> None:
     assert jobs.FINISHED == ("succeeded", "failed", "timed_out", "lock_lost", "killed",
-                             "abandoned")
+                             "abandoned", "stopped")
+    # An operator's stop is not a failure of the job.
+    assert Outcome.STOPPED not in jobs.FAILURES
     assert Outcome.SUCCEEDED not in jobs.FAILURES and set(jobs.FAILURES) < set(jobs.FINISHED)
 
 
@@ -96,7 +98,8 @@ def test_the_row_factory_builds_a_job_from_named_columns() -> None:
         "last_finished_at": NOW, "last_duration": 1.5, "last_success_at": None,
         "outcome_counts": {"failed": 1, "succeeded": 0}, "consecutive_failures": 1,
         "schedule": None, "timezone": None, "grace": None, "last_slot": None,
-        "next_slot": None}
+        "next_slot": None, "paused_at": None, "paused_by": None, "pause_reason": None,
+        "paused_until": None, "paused_everywhere": None}
     now, built = jobs._from_row(**row)
     assert now == NOW and built is not None
     assert (built.name, built.state, built.problems) == ("sync", State.RUNNING, (P.FAILED,))
