@@ -75,7 +75,7 @@ def server_drop_bound(ttl: float) -> tuple[int, int]:
     return idle, idle + 1 * 3
 
 
-def take(conn: psycopg.Connection[Any], claim: lease.Lease) -> bool:
+def take(conn: psycopg.Connection[Any], claim: lease.Claim) -> bool:
     """Try the session lock on `conn`, which must then stay the holder's own."""
     idle, total = server_drop_bound(claim.ttl)
     row = conn.execute(TAKE, {"key": advisory_key(claim.schema, claim.job), "idle": str(idle),
@@ -85,13 +85,13 @@ def take(conn: psycopg.Connection[Any], claim: lease.Lease) -> bool:
     return bool(row[0])
 
 
-def give_back(conn: psycopg.Connection[Any], claim: lease.Lease) -> None:
+def give_back(conn: psycopg.Connection[Any], claim: lease.Claim) -> None:
     """Release the session lock (a lost race for the row)."""
     conn.execute("SELECT pg_advisory_unlock(%s)", (advisory_key(claim.schema, claim.job),))
 
 
 def verify_session(conn: psycopg.Connection[Any], other: psycopg.Connection[Any],
-                   claim: lease.Lease) -> None:
+                   claim: lease.Claim) -> None:
     """Our backend, seen again later and from a second connection, must hold the lock alone.
 
     Behind a transaction pooler the next statement of `conn` may run on another server
@@ -121,7 +121,7 @@ class Session(Protocol):
 class AdvisoryRenewer:
     """Check the session lock every CHECK_INTERVAL and renew the row with it."""
 
-    def __init__(self, claim: lease.Lease, session: Session) -> None:
+    def __init__(self, claim: lease.Claim, session: Session) -> None:
         self.claim = claim
         self.interval = min(CHECK_INTERVAL, claim.ttl / 3)
         self.horizon = min(claim.ttl, server_drop_bound(claim.ttl)[1])

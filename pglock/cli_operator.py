@@ -114,14 +114,15 @@ def history(
     Example: pglock history --job sync-invoices --since 1d --output
     """
     _configure_output(verbose, quiet)
-    from pglock import render, report, screens
+    from pglock import render, screens
+    from pglock.history import Filters, read
 
-    filters = report.Filters(
+    filters = Filters(
         job=None if job is None else check_job(job), outcome=outcome, host=host, limit=limit,
         since=None if since is None else parse_duration(since, option="--since"))
     filters.validate()
     with connected(dsn, schema, connect_timeout, "history") as (conn, place, name):
-        found = report.read(conn, name, filters, outputs=output)
+        found = read(conn, name, filters, outputs=output)
     if as_json:
         render.show_json(screens.history_json(found, place, name))
     else:

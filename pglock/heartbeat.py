@@ -57,7 +57,7 @@ class Renewer(Protocol):
 class LeaseRenewer:
     """Lease mode: renew the row every ttl/3 on a connection of the heartbeat's own."""
 
-    def __init__(self, claim: lease.Lease,
+    def __init__(self, claim: lease.Claim,
                  connect: Callable[[], psycopg.Connection[Any]]) -> None:
         self.claim = claim
         self.interval = claim.ttl / 3

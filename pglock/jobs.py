@@ -22,7 +22,7 @@ from psycopg.rows import kwargs_row
 
 from pglock import database, schema
 from pglock.errors import UsageError
-from pglock.history import Outcome
+from pglock.ledger import Outcome
 
 # Outcomes of a finished run ('running' is not one; 'cleared' is an audit row).
 FINISHED = tuple(o for o in Outcome if o not in (Outcome.RUNNING, Outcome.CLEARED))

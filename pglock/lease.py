@@ -109,7 +109,7 @@ RETURNING released_at
 
 
 @dataclass
-class Lease:
+class Claim:
     """One process's claim on one job."""
 
     job: str
@@ -157,7 +157,7 @@ class Renewal(enum.Enum):
     STOP = "stop requested"
 
 
-def try_acquire(conn: psycopg.Connection[Any], lease: Lease, *,
+def try_acquire(conn: psycopg.Connection[Any], lease: Claim, *,
                 advisory_held: bool = False) -> Attempt:
     """Take the job's lock if it is free (or expired) and its slot has not run yet."""
     row = conn.execute(query(ACQUIRE, lease.schema),
@@ -176,7 +176,7 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Lease, *,
     return Attempt.WON
 
 
-def renew(conn: psycopg.Connection[Any], lease: Lease) -> tuple[Renewal, str | None]:
+def renew(conn: psycopg.Connection[Any], lease: Claim) -> tuple[Renewal, str | None]:
     """Extend the lease by its ttl from now; whether it is still ours, and why to stop."""
     row = conn.execute(query(RENEW, lease.schema), lease.params()).fetchone()
     if row is None:
@@ -184,14 +184,14 @@ def renew(conn: psycopg.Connection[Any], lease: Lease) -> tuple[Renewal, str | N
     return (Renewal.STOP, row[2]) if row[1] else (Renewal.OURS, None)
 
 
-def note_waiting(conn: psycopg.Connection[Any], lease: Lease) -> None:
+def note_waiting(conn: psycopg.Connection[Any], lease: Claim) -> None:
     """Remember whom we wait for, when the acquire statement did not run (advisory mode)."""
     if lease.handover_from is None:
         row = conn.execute(query(HANDOVER_FROM, lease.schema), lease.params()).fetchone()
         lease.handover_from = None if row is None else row[0]
 
 
-def release(conn: psycopg.Connection[Any], lease: Lease, min_hold: float = 0) -> bool:
+def release(conn: psycopg.Connection[Any], lease: Claim, min_hold: float = 0) -> bool:
     """Let the lease expire now, or at acquisition + min_hold if that is later.
 
     False: the lock was no longer ours (cleared, or taken over after it expired).
@@ -200,7 +200,7 @@ def release(conn: psycopg.Connection[Any], lease: Lease, min_hold: float = 0) ->
                         lease.params(min_hold=timedelta(seconds=min_hold))).fetchone() is not None
 
 
-def holder_of(conn: psycopg.Connection[Any], lease: Lease) -> str | None:
+def holder_of(conn: psycopg.Connection[Any], lease: Claim) -> str | None:
     """Who holds the job's lock now (None: nobody, it has just been let go)."""
     row = conn.execute(query(HOLDER, lease.schema), lease.params()).fetchone()
     return None if row is None else str(row[0])

@@ -29,7 +29,7 @@ from typing import Any
 from pglock import __version__, clock
 from pglock.errors import UsageError
 from pglock.events import EventLog, check_target
-from pglock.history import Outcome, RunResult
+from pglock.ledger import Outcome, RunResult
 
 log = logging.getLogger(__name__)
 

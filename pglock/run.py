@@ -18,15 +18,15 @@ from typing import Any
 
 import psycopg
 
-from pglock import advisory, clock, database, history, lease, output, schema
+from pglock import advisory, clock, database, lease, ledger, output, schema
+from pglock.child import CannotStart, Child
 from pglock.config import check_job, check_text, normalized_job, shown
 from pglock.database import Reconnecting
 from pglock.durations import DURATIONS
 from pglock.errors import ExitStatus, Interrupted, PglockError, UsageError
 from pglock.heartbeat import Heartbeat, LeaseRenewer, Renewer, check_ttl
-from pglock.history import Outcome, RunResult
+from pglock.ledger import Outcome, RunResult
 from pglock.notify import Notifier, NotifyOptions
-from pglock.runner import CannotStart, Child
 from pglock.supervise import SignalGate, Supervision
 from pglock.watchdog import Watchdog
 
@@ -145,7 +145,7 @@ class RunOptions:
             raise UsageError("--deadline must be more than 0")
 
 
-def plan_slot(options: RunOptions) -> tuple[history.Scheduled | None, float]:
+def plan_slot(options: RunOptions) -> tuple[ledger.Scheduled | None, float]:
     """The slot of this start, and the stopwatch time past which it may no longer start."""
     if options.schedule is None:
         return None, float("inf")
@@ -158,13 +158,13 @@ def plan_slot(options: RunOptions) -> tuple[history.Scheduled | None, float]:
     plan = schedule.parse(options.schedule, zone, zone_source=source)
     info = schedule.slot_info(plan, wall)
     grace = info.default_grace if options.grace is None else options.grace
-    scheduled = history.Scheduled(plan.expr, plan.zone, info.slot, info.next, grace)
+    scheduled = ledger.Scheduled(plan.expr, plan.zone, info.slot, info.next, grace)
     if options.deadline is None:
         return scheduled, float("inf")
     return scheduled, started + options.deadline - (wall - info.slot).total_seconds()
 
 
-def acquire(session: Reconnecting, claim: lease.Lease, options: RunOptions,
+def acquire(session: Reconnecting, claim: lease.Claim, options: RunOptions,
             start_by: float = float("inf"), notifier: Notifier | None = None) -> float | None:
     """Try (or wait) for the lock; the stopwatch time the winning request was sent, or None."""
     if clock.now() > start_by:
@@ -200,7 +200,7 @@ def acquire(session: Reconnecting, claim: lease.Lease, options: RunOptions,
 
 
 def _try_acquire(session: Reconnecting, conn: psycopg.Connection[Any],
-                 claim: lease.Lease) -> lease.Attempt:
+                 claim: lease.Claim) -> lease.Attempt:
     """One attempt; in advisory mode the session lock first, then the row."""
     if claim.mode == "lease":
         return lease.try_acquire(conn, claim)
@@ -227,8 +227,8 @@ def lost_at_release(result: RunResult) -> RunResult:
         error="lock lost: it was cleared or taken over before the command ended")
 
 
-def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: RunResult,
-               hold: float) -> tuple[RunResult, history.Finished | None, str | None]:
+def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: RunResult,
+               hold: float) -> tuple[RunResult, ledger.Finished | None, str | None]:
     """Write the end of the run and release the lock, retrying across reconnects.
 
     The result as recorded (lock_lost when the release found the lock no longer ours),
@@ -243,7 +243,7 @@ def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: R
     deadline = clock.now() + patience
     failure: str | None = "the database did not answer"
     recorded = result
-    finished: history.Finished | None = None
+    finished: ledger.Finished | None = None
 
     def attempts() -> None:
         nonlocal failure, recorded, finished
@@ -257,7 +257,7 @@ def record_end(session: Reconnecting, claim: lease.Lease, run_id: int, result: R
                         lost_at_release(result))
                     # Nothing written: an earlier attempt of ours did commit, before the
                     # connection broke, and its release found the lock ours.
-                    done = history.finish(conn, claim.schema, run_id, final)
+                    done = ledger.finish(conn, claim.schema, run_id, final)
                     if done.recorded:
                         recorded, finished = final, done
                 failure = None
@@ -288,7 +288,7 @@ COMMAND_VARIABLES = {
 }
 
 
-def command_environment(options: RunOptions, claim: lease.Lease, run_id: int) -> dict[str, str]:
+def command_environment(options: RunOptions, claim: lease.Claim, run_id: int) -> dict[str, str]:
     """The command's environment: ours, plus what it needs to fence its own writes."""
     env = dict(os.environ)
     env.update(PGLOCK_JOB=options.job, PGLOCK_RUN_ID=str(run_id),
@@ -311,7 +311,7 @@ def execute(options: RunOptions, conninfo: str) -> int:
         conninfo, application_name=f"pglock run {options.job} on {options.holder}",
         timeout=options.connect_timeout,
         user_timeout=2 * advisory.CHECK_INTERVAL if options.mode == "advisory" else None)
-    claim = lease.Lease(job=options.job, schema=options.schema, ttl=options.ttl,
+    claim = lease.Claim(job=options.job, schema=options.schema, ttl=options.ttl,
                         mode=options.mode, holder=options.holder,
                         slot=None if scheduled is None else scheduled.slot, rerun=options.rerun)
     notifier = Notifier(options.notify, job=options.job, holder=options.holder)
@@ -332,9 +332,9 @@ def execute(options: RunOptions, conninfo: str) -> int:
         notifier.close()
 
 
-def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate: SignalGate,
-           scheduled: history.Scheduled | None, capture: output.Capture | None = None,
-           ) -> tuple[history.StartedRun, Child | CannotStart] | None:
+def _start(session: Reconnecting, claim: lease.Claim, options: RunOptions, gate: SignalGate,
+           scheduled: ledger.Scheduled | None, capture: output.Capture | None = None,
+           ) -> tuple[ledger.StartedRun, Child | CannotStart] | None:
     """Record the run as started, then fork the command (or say why it could not start).
 
     None: another host's run of this slot got in between our acquire and our start.
@@ -345,7 +345,7 @@ def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate:
         with database.translated(f"cannot record the start of job {options.job!r}"):
             conn = session.get()
             try:
-                run = history.start(conn, options.schema, job=options.job, mode=claim.mode,
+                run = ledger.start(conn, options.schema, job=options.job, mode=claim.mode,
                                     holder=claim.holder, holder_pid=claim.holder_pid,
                                     fencing_token=claim.fencing_token,
                                     command=shown(options.command[0]), scheduled=scheduled)
@@ -367,8 +367,8 @@ def _start(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate:
         return run, gate.child
 
 
-def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, gate: SignalGate,
-                sent: float, scheduled: history.Scheduled | None, hold: float,
+def _run_locked(session: Reconnecting, claim: lease.Claim, options: RunOptions, gate: SignalGate,
+                sent: float, scheduled: ledger.Scheduled | None, hold: float,
                 notifier: Notifier) -> int:
     capture = None
     if output.should_capture(options.output_tail, options.output_on_failure):
@@ -422,7 +422,7 @@ def _run_locked(session: Reconnecting, claim: lease.Lease, options: RunOptions, 
     return code
 
 
-def _keepers(session: Reconnecting, claim: lease.Lease, options: RunOptions,
+def _keepers(session: Reconnecting, claim: lease.Claim, options: RunOptions,
              gate: SignalGate, sent: float, child: Child) -> tuple[Heartbeat, Watchdog | None]:
     """The renewal thread, and (with --on-lost kill) the watchdog process beside it."""
     renewer: Renewer
@@ -474,7 +474,7 @@ def _unrecorded(run_id: int, failure: str) -> str:
     return f"the end of run {run_id} could not be recorded ({failure}); it stays marked running"
 
 
-def _finish(session: Reconnecting, claim: lease.Lease, run_id: int, result: RunResult,
+def _finish(session: Reconnecting, claim: lease.Claim, run_id: int, result: RunResult,
             options: RunOptions, hold: float, notifier: Notifier, *, say: bool = True,
             ) -> tuple[RunResult, str | None]:
     """Record the end and release, then tell (hooks, pings, event log); with `say`, a
@@ -496,7 +496,7 @@ def _add_note(session: Reconnecting, options: RunOptions, run_id: int, note: str
     """Record what the hooks and pings came to with the run, bounded as its end was."""
     def write() -> None:
         try:
-            history.add_note(session.get(), options.schema, run_id, note)
+            ledger.add_note(session.get(), options.schema, run_id, note)
         except (psycopg.Error, PglockError) as error:
             log.info("job %r: the note of run %d was not recorded: %s", options.job, run_id,
                      database.first_line(error))

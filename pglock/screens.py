@@ -9,9 +9,9 @@ from typing import Any
 
 from pglock.admin import Cleared
 from pglock.durations import format_duration
+from pglock.history import Action, History, RunRow, Summary
 from pglock.jobs import Job, Lock, Pause, State
 from pglock.render import NONE, Grid, Screen, ago, clip, escaped, header, iso, took, when
-from pglock.report import Action, History, RunRow, Summary
 from pglock.schedule import MISSED_LIMIT
 from pglock.status import Status
 

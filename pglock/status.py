@@ -13,7 +13,7 @@ from typing import Any
 
 import psycopg
 
-from pglock import database, jobs, report
+from pglock import database, history, jobs
 from pglock.errors import UnknownJob
 from pglock.jobs import Job
 
@@ -26,11 +26,11 @@ class Status:
 
     now: datetime
     jobs: list[Job]
-    runs: list[report.RunRow]
+    runs: list[history.RunRow]
     # The job asked for (--job), if any.
     job: str | None = None
     # With --job: the operators' recent actions on it (and on every job).
-    actions: list[report.Action] = field(default_factory=list)
+    actions: list[history.Action] = field(default_factory=list)
 
 
 def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None) -> Status:
@@ -38,13 +38,13 @@ def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None
     snapshot = jobs.read(conn, schema_name, job)
     if job is not None and not snapshot.jobs:
         raise UnknownJob(f"no job named {job!r} has run here (schema {schema_name!r})")
-    runs: list[report.RunRow] = []
-    actions: list[report.Action] = []
+    runs: list[history.RunRow] = []
+    actions: list[history.Action] = []
     if job is not None:
         with database.translated("cannot read the status"):
-            filters = report.Filters(job=job, limit=RECENT_RUNS)
-            runs = report.recent(conn, schema_name, filters)
-            actions = report.actions(conn, schema_name, filters)
+            filters = history.Filters(job=job, limit=RECENT_RUNS)
+            runs = history.recent(conn, schema_name, filters)
+            actions = history.actions(conn, schema_name, filters)
     return Status(snapshot.now, snapshot.jobs, runs, job, actions)
 
 

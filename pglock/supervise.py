@@ -22,10 +22,10 @@ from dataclasses import dataclass, field
 from types import FrameType
 
 from pglock import clock
+from pglock.child import FORWARDED, STOPPING, Child, exit_status
 from pglock.errors import ExitStatus, Interrupted
 from pglock.heartbeat import Heartbeat
-from pglock.history import Outcome, RunResult
-from pglock.runner import FORWARDED, STOPPING, Child, exit_status
+from pglock.ledger import Outcome, RunResult
 
 # How often to look for the command's leftover processes once it has exited: they are
 # not our children to wait on, only to find in /proc.

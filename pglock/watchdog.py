@@ -21,7 +21,7 @@ import struct
 import time
 
 from pglock import clock
-from pglock.runner import death_with_parent, descendants
+from pglock.child import death_with_parent, descendants
 
 _RECORD = struct.Struct("d")
 _FIRED = 3

@@ -36,7 +36,7 @@ import psycopg
 from psycopg import sql
 
 import pglock
-from pglock import history, lease
+from pglock import lease, ledger
 from pglock import schema as pglock_schema
 from pglock.database import KEEPALIVES, describe
 from pglock.embedded import EmbeddedServer
@@ -238,7 +238,7 @@ def write_floor(directory: Path, conninfo: str) -> Path:
     with psycopg.connect(conninfo, autocommit=True) as conn:
         statements = {
             "READ_VERSION": pglock_schema._READ_VERSION, "ACQUIRE": lease.ACQUIRE,
-            "START": history.START, "FINISH": history.FINISH, "RELEASE": lease.RELEASE}
+            "START": ledger.START, "FINISH": ledger.FINISH, "RELEASE": lease.RELEASE}
         rendered = {name: pglock_schema.query(text, SCHEMA).as_string(conn)
                     for name, text in statements.items()}
     head = ['"""The floor of `pglock run`: its connection and SQL, none of its Python."""',

@@ -13,7 +13,7 @@ import struct
 import subprocess
 import termios
 import time
-from collections.abc import Iterator
+from collections.abc import Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -26,20 +26,46 @@ COLOUR = re.compile(r"\x1b\[(?:\d+;)*(?:3[0-8]|9[0-7])[;m]")
 
 
 @contextmanager
-def holding(env: Env, job: str, *args: str) -> Iterator[subprocess.Popen[str]]:
-    """A real `pglock run` holding the job until the block ends (then it exits 0)."""
+def holding(env: Env, job: str, *args: str,
+            command: Sequence[str] | None = None) -> Iterator[subprocess.Popen[str]]:
+    """A real `pglock run` holding the job until the block ends.
+
+    By default its command exits 0 when the block ends. With `command`, that command runs
+    instead and is stopped with SIGTERM (which pglock forwards) when the block ends; the
+    holder is then waited for until its run is recorded as started, so a contender that
+    starts slowly on a loaded machine still finds the lock held.
+    """
     started, stop = env.tmp / f"{job}.started", env.tmp / f"{job}.stop"
-    process = env.popen("run", "--job", job, *args, "--", "sh", "-c",
-                        f"touch {started}; while [ ! -e {stop} ]; do sleep 0.05; done")
+    own = command is None
+    argv = (["sh", "-c", f"touch {started}; while [ ! -e {stop} ]; do sleep 0.05; done"]
+            if command is None else list(command))
+    process = env.popen("run", "--job", job, *args, "--", *argv)
     try:
-        env.wait_for(lambda: started.exists() or process.poll() is not None,
-                     what=f"the command of {job!r}")
+        if own:
+            env.wait_for(lambda: started.exists() or process.poll() is not None,
+                         what=f"the command of {job!r}")
+        else:
+            env.wait_for(lambda: process.poll() is not None or _running(env, job),
+                         timeout=60, what=f"the run of {job!r} to start")
         assert process.poll() is None, process.communicate()
         yield process
     finally:
         stop.touch()
-        if process.poll() is None:
+        if not own and process.poll() is None:
+            process.terminate()
+        if not own or process.poll() is None:
             process.communicate(timeout=30)
+
+
+def _running(env: Env, job: str) -> bool:
+    rows = env.query("SELECT count(*) FROM {schema}.runs WHERE job = %s AND outcome = 'running'",
+                     (job,)) if _has_runs(env) else [(0,)]
+    return bool(rows[0][0] == 1)
+
+
+def _has_runs(env: Env) -> bool:
+    return bool(env.query("SELECT to_regclass(%s) IS NOT NULL",
+                          (f'"{env.schema}".runs',))[0][0])
 
 
 def pglock_json(env: Env, *args: str) -> Any:

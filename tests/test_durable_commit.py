@@ -19,7 +19,7 @@ import psycopg
 import pytest
 from conftest import PGLOCK, TEST_SETTINGS
 
-from pglock import admin, advisory, history, lease, schema
+from pglock import admin, advisory, lease, ledger, schema
 from pglock.embedded import EmbeddedServer
 from pglock.keys import advisory_key
 
@@ -101,19 +101,19 @@ def test_every_write_waits_for_the_synchronous_standby(unreachable_standby: str)
     assert not session.waited(lambda: conn.execute(
         schema.query("INSERT INTO {schema}.meta VALUES ('control', 'x')", SCHEMA)))
 
-    claim = lease.Lease(job="durable", schema=SCHEMA, ttl=60)
+    claim = lease.Claim(job="durable", schema=SCHEMA, ttl=60)
     assert session.waited(lambda: lease.try_acquire(conn, claim))
     assert claim.fencing_token == 1
     assert session.waited(lambda: lease.renew(conn, claim))
-    started: list[history.StartedRun] = []
-    assert session.waited(lambda: started.append(history.start(
+    started: list[ledger.StartedRun] = []
+    assert session.waited(lambda: started.append(ledger.start(
         conn, SCHEMA, job="durable", mode="lease", holder="h", holder_pid=1,
         fencing_token=claim.fencing_token, command="true")))
-    result = history.RunResult(outcome=history.Outcome.SUCCEEDED, exit_code=0, duration=1.0)
-    assert session.waited(lambda: history.finish(conn, SCHEMA, started[0].id, result))
+    result = ledger.RunResult(outcome=ledger.Outcome.SUCCEEDED, exit_code=0, duration=1.0)
+    assert session.waited(lambda: ledger.finish(conn, SCHEMA, started[0].id, result))
     assert session.waited(lambda: lease.release(conn, claim))
 
-    advisory_claim = lease.Lease(job="durable-advisory", schema=SCHEMA, ttl=60, mode="advisory")
+    advisory_claim = lease.Claim(job="durable-advisory", schema=SCHEMA, ttl=60, mode="advisory")
     assert session.waited(lambda: lease.try_acquire(conn, advisory_claim))
     assert advisory.take(conn, advisory_claim)
     key = advisory_key(SCHEMA, advisory_claim.job)

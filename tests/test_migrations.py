@@ -53,7 +53,7 @@ def test_every_earlier_version_upgrades_in_place(env: Env, old: int) -> None:
             "INSERT INTO {}.runs (job, mode, holder, holder_pid, command, started_at, outcome) "
             "VALUES ('kept', 'lease', 'h', 1, 'true', now(), 'succeeded')").format(
                 sql.Identifier(env.schema)))
-        claim = lease.Lease(job="held", schema=env.schema, ttl=60)
+        claim = lease.Claim(job="held", schema=env.schema, ttl=60)
         row = conn.execute(schema.query(
             "INSERT INTO {schema}.locks (job, mode, holder, holder_pid, holder_id, fencing_token,"
             " ttl, acquired_at, renewed_at, expires_at) VALUES (%(job)s, 'lease', %(holder)s, "

@@ -4,14 +4,12 @@ from __future__ import annotations
 
 import signal
 import socket
-import subprocess
-from collections.abc import Iterator
-from contextlib import contextmanager
 from typing import Any
 
 import psycopg
 import pytest
 from conftest import Env, one_line
+from operating import holding
 from psycopg import sql
 
 from pglock import schema
@@ -59,27 +57,6 @@ def application_connected(env: Env, job: str, holder: str) -> bool:
     rows = env.query("SELECT count(*) FROM pg_stat_activity WHERE application_name = %s",
                      (name,))
     return bool(rows[0][0])
-
-
-@contextmanager
-def holding(env: Env, job: str, *command: str,
-            holder: str = "holder") -> Iterator[subprocess.Popen[str]]:
-    """A pglock process that holds the job's lock and runs `command`; stopped on exit.
-
-    Holders run long commands (they are stopped with SIGTERM, which pglock forwards, when
-    the block ends), so a contender that starts slowly on a loaded machine still finds
-    the lock held.
-    """
-    process = env.popen("run", "--job", job, "--holder", holder, "--", *command)
-    try:
-        env.wait_for(lambda: process.poll() is not None or running_rows(env, job) == 1,
-                     timeout=60, what=f"the run of {job!r} to start")
-        assert process.poll() is None, process.communicate()
-        yield process
-    finally:
-        if process.poll() is None:
-            process.terminate()
-        process.communicate(timeout=30)
 
 
 # 1. Exit codes ---------------------------------------------------------------------------
@@ -230,7 +207,7 @@ def test_success_prints_exactly_the_commands_output(env: Env) -> None:
 
 
 def test_skipped_run_prints_nothing_and_exits_75_or_the_conflict_code(env: Env) -> None:
-    with holding(env, "busy", "sleep", "60") as holder:
+    with holding(env, "busy", "--holder", "holder", command=["sleep", "60"]) as holder:
         skipped = env.run("run", "--job", "busy", "--", "echo", "must-not-run")
         assert (skipped.returncode, skipped.stdout, skipped.stderr) == (75, "", "")
         custom = env.run("run", "--job", "busy", "--conflict-exit-code", "3", "--",
@@ -247,7 +224,7 @@ def test_skipped_run_prints_nothing_and_exits_75_or_the_conflict_code(env: Env) 
 
 @pytest.mark.slow  # waits for a 2 s holder
 def test_wait_runs_after_the_holder_finishes(env: Env) -> None:
-    with holding(env, "queue", "sleep", "2") as holder:
+    with holding(env, "queue", "--holder", "holder", command=["sleep", "2"]) as holder:
         waiter = env.run("run", "--job", "queue", "--wait", "20s", "--holder", "waiter", "--",
                          "echo", "second")
         assert (waiter.returncode, waiter.stdout, waiter.stderr) == (0, "second\n", "")
@@ -261,7 +238,7 @@ def test_wait_runs_after_the_holder_finishes(env: Env) -> None:
 
 @pytest.mark.slow  # waits out --wait
 def test_wait_gives_up_with_75_while_the_holder_still_runs(env: Env) -> None:
-    with holding(env, "long", "sleep", "60") as holder:
+    with holding(env, "long", "--holder", "holder", command=["sleep", "60"]) as holder:
         waiter = env.run("run", "--job", "long", "--wait", "1s", "--holder", "waiter", "--",
                          "echo", "must-not-run")
         assert (waiter.returncode, waiter.stdout, waiter.stderr) == (75, "", "")
@@ -274,7 +251,7 @@ def test_wait_gives_up_with_75_while_the_holder_still_runs(env: Env) -> None:
 
 @pytest.mark.slow  # a signal to a waiting contender
 def test_sigterm_while_waiting_exits_143_silently_and_records_nothing(env: Env) -> None:
-    with holding(env, "term", "sleep", "60") as holder:
+    with holding(env, "term", "--holder", "holder", command=["sleep", "60"]) as holder:
         waiter = env.popen("run", "--job", "term", "--wait", "60s", "--holder", "waiter", "--",
                            "echo", "must-not-run")
         try:

@@ -104,7 +104,7 @@ def test_croniter_is_imported_only_once_a_schedule_is_parsed() -> None:
 
 def test_a_slot_that_ran_between_acquire_and_start_releases_the_lock(env: Env) -> None:
     """The unique (job, slot) index is the backstop behind the acquire's own check."""
-    from pglock import history, lease, run
+    from pglock import lease, ledger, run
     from pglock.database import Reconnecting
     from pglock.supervise import SignalGate
 
@@ -113,11 +113,11 @@ def test_a_slot_that_ran_between_acquire_and_start_releases_the_lock(env: Env) -
     scheduled, _ = run.plan_slot(options)
     assert scheduled is not None
     session = Reconnecting(env.dsn, application_name="test", timeout=10)
-    claim = lease.Lease(job="squeezed", schema=env.schema, ttl=60, slot=scheduled.slot)
+    claim = lease.Claim(job="squeezed", schema=env.schema, ttl=60, slot=scheduled.slot)
     try:
         assert run.acquire(session, claim, options) is not None
         # Another host's run of the slot lands after our acquire (as from a lost lease).
-        history.start(session.get(), env.schema, job="squeezed", mode="lease", holder="other",
+        ledger.start(session.get(), env.schema, job="squeezed", mode="lease", holder="other",
                       holder_pid=1, fencing_token=None, command="true", scheduled=scheduled)
         assert run._start(session, claim, options, SignalGate(), scheduled) is None
     finally:

@@ -8,8 +8,8 @@ from typing import Any
 import pytest
 
 from pglock import check, jobs, screens
-from pglock.history import Outcome
 from pglock.jobs import Problem, State
+from pglock.ledger import Outcome
 
 from .jobfactory import NOW, due, job, last, lock
 

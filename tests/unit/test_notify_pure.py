@@ -8,7 +8,7 @@ from collections.abc import Iterator
 import pytest
 
 from pglock import cli
-from pglock.history import Outcome, RunResult
+from pglock.ledger import Outcome, RunResult
 from pglock.notify import _final_suffix, address
 
 

@@ -9,7 +9,7 @@ from collections.abc import Iterator
 import pytest
 
 from pglock.errors import ExitStatus
-from pglock.history import Outcome
+from pglock.ledger import Outcome
 from pglock.supervise import SignalGate, Supervision
 
 

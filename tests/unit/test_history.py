@@ -6,8 +6,8 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pglock.history import Outcome
-from pglock.report import RunRow, Summary, percentile, summarize
+from pglock.history import RunRow, Summary, percentile, summarize
+from pglock.ledger import Outcome
 from pglock.screens import BAR_WIDTH, bar
 
 START = datetime(2024, 5, 1, tzinfo=UTC)
