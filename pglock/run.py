@@ -479,6 +479,9 @@ def _finish(session: Reconnecting, claim: lease.Claim, run_id: int, result: RunR
             ) -> tuple[RunResult, str | None]:
     """Record the end and release, then tell (hooks, pings, event log); with `say`, a
     failure to record is said here."""
+    if result.outcome is Outcome.STOPPED:
+        # An operator stopped it: the lock goes to the next contender at once, no hold.
+        hold = 0.0
     result, finished, failure = record_end(session, claim, run_id, result, hold)
     if say and failure is not None:
         log.warning("job %r: %s", options.job, _unrecorded(run_id, failure))
