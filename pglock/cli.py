@@ -397,8 +397,11 @@ def _outcome(args: list[str], checking: bool) -> int:
         code = command.main(args=rest, prog_name=prog_name, standalone_mode=False)
         return int(code or 0)
     except _click.exceptions.UsageError as error:
-        return _usage_error(error.format_message(), args,
-                            error.ctx.command_path if error.ctx else "pglock")
+        # Click raises some (an option without its value) without a context: the command
+        # is then the first argument, when it names one.
+        where = error.ctx.command_path if error.ctx else (
+            f"pglock {args[0]}" if args and args[0] in _command_names() else "pglock")
+        return _usage_error(error.format_message(), args, where)
     except _click.exceptions.ClickException as error:
         return _usage_error(error.format_message(), args, None)
     except typer.Abort:
@@ -452,6 +455,11 @@ def _say_error(line: str, error: BaseException, args: list[str]) -> None:
 def _plugin_code(code: int, checking: bool) -> int:
     """`check` answers a monitoring system: whatever happened, 0-3 (3 is UNKNOWN)."""
     return 3 if checking and not 0 <= code <= 3 else code
+
+
+def _command_names() -> set[str]:
+    return {name for info in full_app().registered_commands
+            if (name := info.name or (info.callback.__name__ if info.callback else None))}
 
 
 def _usage_error(message: str, args: list[str], where: str | None) -> int:

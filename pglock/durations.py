@@ -9,8 +9,8 @@ from dataclasses import dataclass
 from pglock.errors import UsageError
 
 _UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
-_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)")
-_SIZE = re.compile(r"(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?", re.IGNORECASE)
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", re.ASCII)
+_SIZE = re.compile(r"(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?", re.IGNORECASE | re.ASCII)
 _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024,
                "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
                "g": 1024**3, "gb": 1000**3, "gib": 1024**3}
@@ -72,7 +72,7 @@ def parse_duration(text: str, *, option: str = "duration") -> float:
     An option listed in DURATIONS must fall within its range.
     """
     value = text.strip().lower()
-    if re.fullmatch(r"\d+(\.\d+)?", value):
+    if re.fullmatch(r"\d+(\.\d+)?", value, re.ASCII):
         seconds = float(value)
     else:
         parts = _PART.findall(value)
@@ -104,11 +104,15 @@ def parse_size(text: str, *, option: str = "size") -> int:
 
 def format_duration(seconds: float) -> str:
     """A short human form: 850ms, 42s, 3m05s, 2h01m, 3d04h."""
-    if seconds < 1:
+    # Each unit is chosen by the value as it will be shown: 0.9996 is "1.0s", not "1000ms".
+    if round(seconds * 1000) < 1000:
         return f"{seconds * 1000:.0f}ms"
-    if seconds < 60:
-        return f"{seconds:.1f}s" if seconds < 10 else f"{seconds:.0f}s"
-    minutes, secs = divmod(int(seconds), 60)
+    if round(seconds, 1) < 10:
+        return f"{seconds:.1f}s"
+    if round(seconds) < 60:
+        return f"{seconds:.0f}s"
+    # Only the carry from seconds into minutes rounds; longer spans are cut, as a clock is.
+    minutes, secs = divmod(max(60, int(seconds)), 60)
     if minutes < 60:
         return f"{minutes}m{secs:02d}s"
     hours, minutes = divmod(minutes, 60)

@@ -66,7 +66,9 @@ class SlotInfo:
     def default_grace(self) -> float:
         """max(1 minute, 10 % of the interval between the last two slots), in seconds, at
         most --grace's upper bound (a slot every 28 years would otherwise give 2.8)."""
-        tenth = (self.slot - self.previous).total_seconds() / 10
+        # In UTC: Python subtracts two times of one zone on the wall clock, which across a
+        # DST change is an hour off.
+        tenth = (self.slot.astimezone(UTC) - self.previous.astimezone(UTC)).total_seconds() / 10
         return min(max(MIN_GRACE, tenth), DURATIONS["--grace"].high)
 
 

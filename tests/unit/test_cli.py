@@ -145,9 +145,7 @@ USAGE = [
                  "(see 'pglock run --help')", id="conflict-exit-code-not-a-number"),
     pytest.param(("run", "--job"), 2,
                  "pglock: Option '--job' requires an argument. (see 'pglock run --help')",
-                 id="job-without-value", marks=pytest.mark.xfail(strict=True, reason=(
-                     "BUG (minor): click raises 'requires an argument' without a context, so "
-                     "the hint names 'pglock --help' instead of the command's own help"))),
+                 id="job-without-value"),
     pytest.param(("bogus",), 2, "pglock: No such command 'bogus'. (see 'pglock --help')",
                  id="unknown-command"),
     # The operator commands refuse bad input before they connect, too.

@@ -210,10 +210,6 @@ def test_default_grace_is_a_tenth_of_the_interval_and_at_least_a_minute(expr: st
     assert info.default_grace == grace
 
 
-@pytest.mark.xfail(strict=True, reason="BUG: SlotInfo.default_grace subtracts two datetimes of "
-                   "the same zone, which Python does on wall clocks: across a DST change an "
-                   "hourly job gets 60 s (autumn, repeated hour) or 720 s (spring) instead of "
-                   "360 s; the module says arithmetic happens in UTC")
 @pytest.mark.parametrize("moment", ["2024-10-27T02:30:00+01:00", "2024-03-31T03:30:00+02:00"])
 def test_default_grace_across_daylight_saving_changes(moment: str) -> None:
     hourly = schedule.parse("0 * * * *", "Europe/Berlin")
