@@ -7,8 +7,9 @@ import errno
 
 # The commands that can return an exit status (check answers in PluginStatus instead).
 RUN = frozenset({"run"})
-REPORTS = frozenset({"status", "history", "clear", "prune"})
-EVERY = frozenset({"run", "init", "status", "history", "clear", "prune", "metrics"})
+REPORTS = frozenset({"status", "history", "clear", "prune", "pause", "stop", "forget"})
+EVERY = frozenset({"run", "init", "status", "history", "clear", "prune", "metrics", "pause",
+                   "resume", "stop", "forget"})
 
 
 class ExitStatus(enum.IntEnum):
@@ -26,8 +27,10 @@ class ExitStatus(enum.IntEnum):
         return member
 
     OK = (0, "success; for run, the command's own exit code is passed through", EVERY)
-    FAILURE = (1, "not done: status or history --job name a job that never ran here; clear "
-                  "or prune was not confirmed, or the lock to clear changed hands meanwhile",
+    FAILURE = (1, "not done: status, history, pause or forget --job name a job that never "
+                  "ran here; clear or prune was not confirmed, or the lock to clear changed "
+                  "hands meanwhile; stop found nothing running, or its holder did not react "
+                  "within its ttl (stop --wait); forget found the job running",
                REPORTS)
     USAGE = (2, "usage error: bad option, duration, size or job name; no command given",
              EVERY)
