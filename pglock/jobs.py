@@ -35,7 +35,10 @@ FAILURES = tuple(o for o in FINISHED if o not in (Outcome.SUCCEEDED, Outcome.STO
 JOBS = """
 SELECT clock.at AS now, coalesce(j.job, l.job) AS name,
        l.mode AS lock_mode, l.holder, l.holder_pid, l.fencing_token, l.backend_pid,
-       l.acquired_at, l.expires_at, extract(epoch FROM l.ttl)::float8 AS ttl,
+       -- Clamped: a row an older pglock wrote with an absurd --ttl or --min-hold (years
+       -- past 9999, which Python cannot hold) must not break every report.
+       l.acquired_at, least(l.expires_at, '9999-01-01'::timestamptz) AS expires_at,
+       extract(epoch FROM least(l.ttl, interval '7 days'))::float8 AS ttl,
        l.released_at, l.cleared_at, l.cleared_by,
        j.last_run_id IS NOT NULL
            AND j.last_run_id IS DISTINCT FROM j.last_finished_run_id AS run_open,
@@ -44,7 +47,8 @@ SELECT clock.at AS now, coalesce(j.job, l.job) AS name,
        extract(epoch FROM j.last_duration)::float8 AS last_duration, j.last_success_at,
        coalesce(j.outcome_counts, '{{}}') AS outcome_counts,
        coalesce(j.consecutive_failures, 0) AS consecutive_failures,
-       j.schedule, j.timezone, extract(epoch FROM j.grace)::float8 AS grace,
+       j.schedule, j.timezone,
+       extract(epoch FROM least(j.grace, interval '366 days'))::float8 AS grace,
        j.last_slot, j.next_slot,
        pause.paused_at, pause.paused_by, pause.reason AS pause_reason, pause.until AS paused_until,
        pause.job = '' AS paused_everywhere

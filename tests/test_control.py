@@ -172,3 +172,31 @@ def test_clear_writes_an_audit_row_too(env: Env) -> None:
     assert ("c", "clear", "wedged") in audit(env)
     history = json.loads(env.run("history", "--job", "c", "--json").stdout)
     assert [(a["action"], a["reason"]) for a in history["actions"]] == [("clear", "wedged")]
+
+
+def test_check_metrics_and_status_with_paused_jobs(env: Env) -> None:
+    # A failed job that is paused is neither failed nor overdue while the pause lasts.
+    assert env.run("run", "--job", "broken", "--", "false").returncode == 1
+    assert env.run("run", "--job", "fine", "--", "true").returncode == 0
+    assert env.run("pause", "--job", "broken", "--reason", "fixing it").returncode == 0
+    check = env.run("check")
+    assert check.returncode == 0, check
+    assert check.stdout.splitlines()[0] == (
+        "PGLOCK OK - 2 jobs: 1 paused, 2 ok | jobs=2 ok=2 failed=0 overdue=0 paused=1 stale=0")
+    # A pause older than --paused-warning is a forgotten one.
+    old = env.run("check", "--paused-warning", "0")
+    assert old.returncode == 1, old
+    assert "WARNING: broken: paused" in old.stdout and "fixing it" in old.stdout
+    metrics = env.run("metrics").stdout
+    assert 'pglock_job_paused{job="broken"} 1' in metrics
+    assert 'pglock_job_paused{job="fine"} 0' in metrics
+    document = json.loads(env.run("status", "--json").stdout)
+    paused = {j["job"]: j["paused"] for j in document["jobs"]}
+    assert paused["fine"] is None
+    assert (paused["broken"]["reason"], paused["broken"]["every_job"]) == ("fixing it", False)
+    assert {j["job"]: j["state"] for j in document["jobs"]} == {"broken": "paused",
+                                                               "fine": "held"}
+    screen = env.run("status").stdout
+    assert "broken is paused since" in screen and "fixing it" in screen
+    one = json.loads(env.run("status", "--job", "broken", "--json").stdout)
+    assert [(a["action"], a["reason"]) for a in one["actions"]] == [("pause", "fixing it")]
