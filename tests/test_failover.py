@@ -103,7 +103,7 @@ def test_lease_holder_carries_on_across_a_synchronous_failover(env: Env, pair: P
     [run] = env.runs("ha")
     assert (run["outcome"], run["fencing_token"]) == ("succeeded", before[1])
 
-    following = env.run("run", "--job", "ha", "--", "true")
+    following = env.run("run", "--job", "ha", "--rerun", "--", "true")
     assert (following.returncode, following.stderr) == (0, "")
     assert [r["fencing_token"] for r in env.runs("ha")] == [before[1], before[1] + 1]
     assert not ran.exists()
@@ -139,7 +139,7 @@ def test_advisory_holder_takes_its_lock_back_on_the_new_primary(env: Env, pair: 
     assert holder.returncode == 0
     [run] = env.runs("ha")
     assert (run["outcome"], run["fencing_token"]) == ("succeeded", before[1])
-    following = env.run("run", "--job", "ha", "--mode", "advisory", "--", "true")
+    following = env.run("run", "--job", "ha", "--mode", "advisory", "--rerun", "--", "true")
     assert (following.returncode, following.stderr) == (0, "")
     assert [r["fencing_token"] for r in env.runs("ha")] == [before[1], before[1] + 1]
     assert not ran.exists()

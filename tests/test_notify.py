@@ -91,7 +91,7 @@ def test_ping_url_from_the_environment(env: Env, ping_server: PingServer) -> Non
 def test_a_skipped_host_pings_nothing_and_runs_no_hook(env: Env,
                                                         ping_server: PingServer) -> None:
     hooked = env.tmp / "hooked"
-    with holding(env, "contended", "sleep", "60"):
+    with holding(env, "contended", command=["sleep", "60"]):
         result = env.run("run", "--job", "contended", "--ping-url", ping_server.url,
                          "--on-failure", f"touch {hooked}", "--on-success", f"touch {hooked}",
                          "--", "true")
