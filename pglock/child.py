@@ -105,6 +105,18 @@ def descendants(root: int, spared: frozenset[int] | set[int] = frozenset()) -> l
     return found
 
 
+def outside_group(pids: list[int], pgid: int) -> list[int]:
+    """The processes of `pids` that are not in process group `pgid` (nor gone)."""
+    found = []
+    for pid in pids:
+        try:
+            if os.getpgid(pid) != pgid:
+                found.append(pid)
+        except ProcessLookupError:
+            continue
+    return found
+
+
 def _reap(pid: int) -> bool:
     """Collect `pid` if it is a child of ours that has exited; True if it is gone."""
     try:
@@ -168,7 +180,10 @@ class Child:
     def signal_family(self, signum: int, *, resume: bool = True) -> None:
         """Signal the group and every process the command left outside it."""
         self.signal_group(signum, resume=resume)
-        for pid in self.lingering():
+        # Only those outside the group: one inside got the group's signal already, and a
+        # process the command forks as it handles that signal (a trap's `date`) must not
+        # be killed by a second one before it has done its work.
+        for pid in outside_group(self.lingering(), self.pid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
                 if resume and signum not in (signal.SIGKILL, signal.SIGCONT):

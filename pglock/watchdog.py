@@ -21,7 +21,7 @@ import struct
 import time
 
 from pglock import clock
-from pglock.child import death_with_parent, descendants
+from pglock.child import death_with_parent, descendants, outside_group
 
 _RECORD = struct.Struct("d")
 _FIRED = 3
@@ -113,7 +113,7 @@ def _signal(pgid: int, signum: int, family: bool) -> None:
         os.killpg(pgid, signum)
     if family:
         # What the command left outside its group hangs below pglock (our parent).
-        for pid in descendants(os.getppid(), {os.getpid()}):
+        for pid in outside_group(descendants(os.getppid(), {os.getpid()}), pgid):
             with contextlib.suppress(ProcessLookupError, PermissionError):
                 os.kill(pid, signum)
 
