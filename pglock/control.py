@@ -129,7 +129,8 @@ SELECT EXISTS (SELECT 1 FROM forgotten),
 """
 
 
-# The slot to replay: the one named, else the job's dead slot, else its newest slot. Locked, so that two replays (or a replay and a start) do not cross.
+# The slot to replay: the one named, else the job's dead slot, else its newest slot.
+# Locked, so that two replays (or a replay and a start) do not cross.
 REPLAY_TARGET = """
 SELECT s.slot, s.attempts, s.attempt_limit, s.retries, s.succeeded_run_id,
        s.closed_at IS NOT NULL AS closed,

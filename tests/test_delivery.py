@@ -73,6 +73,9 @@ def test_a_spent_slot_is_dead_in_status_check_and_metrics(env: Env) -> None:
     assert 'pglock_job_dead{job="nightly"} 1' in metrics
     assert 'pglock_job_attempt{job="nightly"} 2' in metrics
     assert 'pglock_job_attempt_limit{job="nightly"} 2' in metrics
+    screen = env.run("status")
+    assert screen.returncode == 0 and "nightly is dead: slot" in screen.stdout, screen
+    assert "failed 2 attempts, last: disk full" in screen.stdout
     # The slot is done: another host's run of it skips.
     again = env.run("run", "--job", "nightly", "--schedule", YEARLY, "--tz", "UTC",
                     "--retries", "1", "--", "true")
@@ -183,6 +186,8 @@ def test_replay_reopens_a_dead_slot_and_refuses_a_succeeded_one(env: Env) -> Non
     assert again.stderr.count("\n") == 1 and "already succeeded" in again.stderr, again
     history = env.run("history", "--job", "nightly")
     assert "replay nightly" in history.stdout, history.stdout
+    # Attempts are listed under their slot: the slot on the newest, the others below.
+    assert "#4/4" in history.stdout and "    #1/4" in history.stdout, history.stdout
 
 
 @pytest.mark.slow
@@ -283,3 +288,34 @@ def test_twenty_hosts_whose_attempts_die_never_exceed_1_plus_n(env: Env) -> None
     assert [r["attempt"] for r in rows] == [1, 2, 3]
     assert len({r["holder"] for r in rows}) >= 1
     assert env.query("SELECT attempts, attempt_limit FROM {schema}.slots") == [(3, 3)]
+
+
+@pytest.mark.slow
+def test_a_signal_during_the_backoff_ends_the_retries(env: Env) -> None:
+    holder = env.popen("run", "--job", "waiting", "--retries", "3", "--retry-delay", "1m",
+                       "--", "false")
+    env.wait_for(lambda: [r["outcome"] for r in env.runs("waiting")] == ["failed"],
+                 what="attempt 1")
+    holder.send_signal(signal.SIGTERM)
+    _, stderr = holder.communicate(timeout=30)
+    assert (holder.returncode, stderr) == (128 + signal.SIGTERM, ""), stderr
+    assert _attempts(env, "waiting") == [(1, "failed", 1)]
+    assert env.query("SELECT released_at IS NOT NULL FROM {schema}.locks") == [(True,)]
+
+
+@pytest.mark.slow
+def test_an_operator_stop_during_the_backoff_closes_the_slot(env: Env) -> None:
+    common = ("--schedule", YEARLY, "--tz", "UTC", "--retries", "3")
+    holder = env.popen("run", "--job", "halted", *common, "--retry-delay", "1m",
+                       "--ttl", "6s", "--", "false")
+    env.wait_for(lambda: [r["outcome"] for r in env.runs("halted")] == ["failed"],
+                 what="attempt 1")
+    stop = env.run("stop", "--job", "halted", "--reason", "enough")
+    assert stop.returncode == 0, stop
+    _, stderr = holder.communicate(timeout=30)
+    assert (holder.returncode, stderr) == (1, ""), stderr
+    assert _attempts(env, "halted") == [(1, "failed", 1)]
+    # Closed, not dead: the operator meant it.
+    assert _status(env, "halted")["state"] == "failed"
+    again = env.run("run", "--job", "halted", *common, "--", "true")
+    assert again.returncode == 75, again
