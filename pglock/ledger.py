@@ -221,7 +221,9 @@ class RunResult:
         """One line that says why it failed: the last line of its output, else its error,
         else its exit code (what check names for a dead slot)."""
         if self.output_tail:
-            lines = self.output_tail.decode(errors="replace").strip().splitlines()
+            # A text column takes no NUL byte, and the output is anybody's bytes.
+            text = self.output_tail.decode(errors="replace").replace("\x00", "")
+            lines = text.strip().splitlines()
             if lines and lines[-1].strip():
                 return lines[-1].strip()[:500]
         if self.error:

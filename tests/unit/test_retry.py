@@ -62,6 +62,8 @@ def test_what_is_retried(result: RunResult, retryable: bool, closes: bool,
     (RunResult(Outcome.FAILED, 127, 0.0, error="command not found: nope\nmore"),
      "command not found: nope"),
     (RunResult(Outcome.FAILED, 3, 1.0), "failed (exit 3)"),
+    (RunResult(Outcome.FAILED, 1, 1.0, output_tail=b"\x00" * 100), "failed (exit 1)"),
+    (RunResult(Outcome.FAILED, 1, 1.0, output_tail=b"bad\x00 byte\n"), "bad byte"),
     (RunResult(Outcome.ABANDONED, None, 1.0), "abandoned (no exit code)"),
 ])
 def test_the_error_line_of_a_dead_slot(result: RunResult, line: str) -> None:
