@@ -106,6 +106,15 @@ def _stale(job: Job, now: datetime) -> str:
             "(its holder vanished)")
 
 
+def _dead(job: Job, now: datetime) -> str:
+    dead = job.dead
+    assert dead is not None
+    attempts = "1 attempt" if dead.attempts == 1 else f"{dead.attempts} attempts"
+    error = f": {dead.error}" if dead.error else ""
+    return (f"dead: slot {dead.slot.isoformat()} failed after {attempts}{error} "
+            f"(pglock replay --job {job.name} --reason ...)")
+
+
 def _failed(job: Job, now: datetime) -> str:
     last = job.last_run
     assert last is not None
@@ -136,7 +145,7 @@ def _paused(job: Job, now: datetime) -> str:
 
 # Each problem's reason, as the line under the summary says it.
 REASONS: dict[Problem, Callable[[Job, datetime], str]] = {
-    Problem.STALE: _stale, Problem.FAILED: _failed, Problem.OVERDUE: _overdue,
+    Problem.DEAD: _dead, Problem.STALE: _stale, Problem.FAILED: _failed, Problem.OVERDUE: _overdue,
     Problem.UNREADABLE: _unreadable, Problem.PAUSED: _paused,
 }
 

@@ -202,9 +202,17 @@ def run(
         help="Let processes the command leaves running (a daemon it started) go on unlocked; "
              "by default the lock is held until they exit, and they are stopped with the "
              "command.")] = False,
+    retries: Annotated[int, typer.Option(envvar="PGLOCK_RETRIES", metavar="N",
+        help="Retry a failed or timed-out command up to N times, holding the lock between "
+             "attempts; with --schedule, a slot whose host died is retried by the next host "
+             "(docs/schedules.md, Delivery).")] = 0,
+    retry_delay: Annotated[str, typer.Option(envvar="PGLOCK_RETRY_DELAY", metavar="DURATION",
+        help="The wait before the first retry, doubled before each next (at most 1h, or "
+             "DURATION if longer; ±20% jitter).")] = "30s",
     on_failure: Annotated[str | None, typer.Option(envvar="PGLOCK_ON_FAILURE", metavar="CMD",
         show_default=False,
-        help="Shell command run (sh -c) on this host after a run that did not succeed; "
+        help="Shell command run (sh -c) on this host after a run that did not succeed (with "
+             "--retries: once, after the last attempt); "
              "PGLOCK_OUTCOME, PGLOCK_EXIT_CODE, PGLOCK_DURATION in its environment, the "
              "output tail on its stdin.")] = None,
     on_success: Annotated[str | None, typer.Option(envvar="PGLOCK_ON_SUCCESS", metavar="CMD",
@@ -258,6 +266,7 @@ def run(
         grace=_optional_duration(grace, "--grace"),
         output_tail=parse_size(output_tail, option="--output-tail"),
         output_on_failure=output_on_failure, leave_descendants=leave_descendants,
+        retries=retries, retry_delay=parse_duration(retry_delay, option="--retry-delay"),
         notify=NotifyOptions(
             on_failure=on_failure, on_success=on_success, on_recovery=on_recovery,
             hook_timeout=parse_duration(hook_timeout, option="--hook-timeout"),

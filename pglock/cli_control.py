@@ -1,4 +1,4 @@
-"""The fleet-control commands: pause, resume, stop (registered on cli.app)."""
+"""The fleet-control commands: pause, resume, stop, forget, replay (registered on cli.app)."""
 
 from __future__ import annotations
 
@@ -234,4 +234,55 @@ def forget(
     with connected(dsn, schema, connect_timeout, "forget") as (conn, _, name):
         control.forget(conn, name, name_of_job, reason=reason, by=admin.operator())
     _say(f"forgot job {name_of_job}; its history stays until pruned", quiet)
+    return 0
+
+
+def _slot(text: str | None) -> datetime | None:
+    """--slot: an ISO 8601 time (without a zone: the local one)."""
+    if text is None:
+        return None
+    try:
+        moment = datetime.fromisoformat(text.strip())
+    except ValueError:
+        raise UsageError(f"--slot: {text!r} is not a time (2026-11-24T03:00, "
+                         "2026-11-24 03:00+01:00)") from None
+    return moment if moment.tzinfo else moment.astimezone()
+
+
+@app.command()
+def replay(
+    job: Job,
+    slot: Annotated[str | None, typer.Option(
+        metavar="TIME", show_default=False,
+        help="The slot (ISO 8601, as history shows it) [default: the dead slot, else the "
+             "newest].")] = None,
+    reason: Annotated[str, typer.Option(
+        metavar="TEXT", show_default=False, help="Why, for the audit row.")] = "",
+    dsn: Dsn = None, schema: Schema = None, connect_timeout: ConnectTimeout = "10s",
+    verbose: Verbose = False, quiet: Quiet = False,
+) -> int:
+    """Re-open a dead (or failed) slot for another 1 + --retries attempts.
+
+    The next `pglock run --schedule` of the slot, on any host, makes them (within its
+    --deadline). Refused (exit 1) when the slot is running, already succeeded, or still
+    has attempts left.
+
+    Example: pglock replay --job nightly --reason 'disk freed on db-2, see INC-7'
+    """
+    _configure_output(verbose, quiet)
+    from pglock import admin, control
+
+    if not reason.strip():
+        raise UsageError("--reason is required: say why, for the audit row")
+    name_of_job = check_job(job)
+    moment = _slot(slot)
+    with connected(dsn, schema, connect_timeout, "replay") as (conn, _, name):
+        done = control.replay(conn, name, name_of_job, slot=moment, reason=reason,
+                              by=admin.operator())
+    from pglock.render import when
+
+    attempts = (f"attempt {done.first_attempt}" if done.first_attempt == done.last_attempt
+                else f"attempts {done.first_attempt} to {done.last_attempt}")
+    _say(f"re-opened slot {when(done.slot, zone=True)} of job {name_of_job}: its next run "
+         f"makes {attempts}", quiet)
     return 0

@@ -1,4 +1,5 @@
-"""Operators in control of the fleet: pause and resume jobs, stop a running command.
+"""Operators in control of the fleet: pause and resume jobs, stop a running command,
+replay a dead slot.
 
 A pause is a row every host's acquire reads in its own statement: paused hosts skip
 as if the lock were held, and nothing is recorded. The empty job name, which no job
@@ -112,7 +113,10 @@ WITH running AS (
     SELECT l.holder, l.holder_pid FROM {schema}.locks l
     WHERE l.job = %(job)s AND l.released_at IS NULL AND l.expires_at > clock_timestamp()
 ), forgotten AS (
-    UPDATE {schema}.jobs j SET forgotten_at = clock_timestamp()
+    -- Its schedule goes with it: a manual run (no --schedule) that brings it back keeps
+    -- whatever schedule is recorded, which a job taken out of cron must not keep.
+    UPDATE {schema}.jobs j SET forgotten_at = clock_timestamp(), schedule = NULL,
+        timezone = NULL, last_slot = NULL, next_slot = NULL
     WHERE j.job = %(job)s AND j.forgotten_at IS NULL AND NOT EXISTS (SELECT 1 FROM running)
     RETURNING j.job
 ), audit AS (
@@ -122,6 +126,45 @@ WITH running AS (
 SELECT EXISTS (SELECT 1 FROM forgotten),
        (SELECT holder || ':' || holder_pid FROM running),
        EXISTS (SELECT 1 FROM {schema}.jobs WHERE job = %(job)s AND forgotten_at IS NULL)
+"""
+
+
+# The slot to replay: the one named, else the job's dead slot, else its newest slot.
+# Locked, so that two replays (or a replay and a start) do not cross.
+REPLAY_TARGET = """
+SELECT s.slot, s.attempts, s.attempt_limit, s.retries, s.succeeded_run_id,
+       s.closed_at IS NOT NULL AS closed,
+       (SELECT r.holder || ':' || r.holder_pid FROM {schema}.runs r
+        JOIN {schema}.locks l ON l.job = r.job
+        WHERE r.job = s.job AND r.slot = s.slot AND r.outcome = 'running'
+          AND l.released_at IS NULL AND l.expires_at > clock_timestamp()
+        ORDER BY r.id DESC LIMIT 1) AS running_on
+FROM {schema}.slots s
+WHERE s.job = %(job)s
+  AND s.slot = coalesce(%(slot)s::timestamptz,
+                        (SELECT dead_slot FROM {schema}.jobs WHERE job = %(job)s),
+                        (SELECT max(slot) FROM {schema}.slots WHERE job = %(job)s))
+FOR UPDATE OF s
+"""
+
+# Another 1 + retries attempts from the ones it had; no longer dead; an audit row.
+REPLAY = """
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), reopened AS (
+    UPDATE {schema}.slots SET attempt_limit = attempts + 1 + retries, closed_at = NULL,
+                              replays = replays + 1
+    FROM durable
+    WHERE job = %(job)s AND slot = %(slot)s
+    RETURNING attempts, attempt_limit
+), revived AS (
+    UPDATE {schema}.jobs SET dead_slot = NULL, dead_attempts = NULL, dead_error = NULL
+    WHERE job = %(job)s AND dead_slot = %(slot)s
+)
+INSERT INTO {schema}.audit (job, action, by, reason, detail)
+SELECT %(job)s, 'replay', %(by)s, %(reason)s,
+       'slot ' || %(slot)s::timestamptz::text || ': attempts ' || (attempts + 1) || ' to '
+       || attempt_limit
+FROM reopened
+RETURNING detail
 """
 
 
@@ -289,3 +332,54 @@ def forget(conn: psycopg.Connection[Any], schema_name: str, job: str, *, reason:
                           "pglock stop it) before forgetting it")
     if not done and not known:
         raise UnknownJob(f"no job named {job!r} is known here (schema {schema_name!r})")
+
+
+@dataclass(frozen=True)
+class Replayed:
+    """What `replay` re-opened: the slot, and the attempts the next runs will make."""
+
+    job: str
+    slot: datetime
+    first_attempt: int
+    last_attempt: int
+
+
+def replay(conn: psycopg.Connection[Any], schema_name: str, job: str, *,
+           slot: datetime | None, reason: str, by: str) -> Replayed:
+    """Re-open a dead (or failed) slot for another 1 + retries attempts, which the next
+    `pglock run` of the slot makes (on any host, within its --deadline); NothingDone when
+    the slot is running, succeeded, or still has attempts left."""
+    with database.translated(f"cannot replay job {job!r}"):
+        schema.ensure(conn, schema_name)
+        with conn.transaction():
+            row = conn.execute(schema.query(REPLAY_TARGET, schema_name),
+                               {"job": job, "slot": slot}).fetchone()
+            if row is None:
+                _no_slot(conn, schema_name, job, slot)
+            assert row is not None
+            found, attempts, limit, retries, succeeded, closed, running_on = row
+            shown = found.isoformat()
+            if running_on is not None:
+                raise NothingDone(f"slot {shown} of job {job!r} is running on {running_on}; "
+                                  "nothing to replay")
+            if succeeded is not None:
+                raise NothingDone(f"slot {shown} of job {job!r} already succeeded (run "
+                                  f"{succeeded}); nothing to replay")
+            if attempts < limit and not closed:
+                raise NothingDone(f"slot {shown} of job {job!r} still has attempts left "
+                                  f"({attempts} of {limit} made): its next run takes one")
+            conn.execute(schema.query(REPLAY, schema_name),
+                         {"job": job, "slot": found, "by": by, "reason": reason})
+    return Replayed(job, found, attempts + 1, attempts + 1 + retries)
+
+
+def _no_slot(conn: psycopg.Connection[Any], schema_name: str, job: str,
+             slot: datetime | None) -> None:
+    unknown = conn.execute(schema.query(UNKNOWN, schema_name), {"jobs": [job]}).fetchall()
+    if unknown:
+        raise UnknownJob(f"no job named {job!r} has run here (schema {schema_name!r})")
+    if slot is not None:
+        raise NothingDone(f"job {job!r} has no slot {slot.isoformat()}: see pglock history "
+                          f"--job {job}")
+    raise NothingDone(f"job {job!r} has no slot to replay (only runs with --schedule have "
+                      "slots)")

@@ -52,10 +52,12 @@ DURATIONS: dict[str, Bounds] = {
     "--since": Bounds(0, 36500 * DAY),
     "--older-than": Bounds(0, 36500 * DAY),
     "--interval": Bounds(0.5, HOUR),
+    "--retry-delay": Bounds(0, DAY),
 }
 # Sizes and counts, likewise.
 OUTPUT_TAIL = Bounds(0, 1024**2)
 HISTORY_LIMIT = Bounds(1, 100_000)
+RETRIES = Bounds(0, 100)
 
 
 def format_bound(seconds: float) -> str:

@@ -17,7 +17,11 @@ from pglock.ledger import Outcome
 _SELECT = """
 SELECT id, job, started_at, finished_at, holder, holder_pid, mode, outcome, exit_code, signal,
        extract(epoch FROM duration)::float8, fencing_token, error,
-       CASE WHEN %(outputs)s THEN output_tail END
+       CASE WHEN %(outputs)s THEN output_tail END,
+       slot, attempt,
+       (SELECT s.attempt_limit FROM {schema}.slots s
+        WHERE s.job = runs.job AND s.slot = runs.slot) AS attempt_limit,
+       manual
 FROM {schema}.runs
 """
 # Each filter is a constant; only the ones asked for are joined in, so every query is one
@@ -87,6 +91,13 @@ class RunRow:
     error: str | None
     # The kept tail of its output (None: not kept, or not asked for).
     output: bytes | None = None
+    # With --schedule: the slot it was an attempt at, the attempt (1-based; None before
+    # schema version 3), and how many attempts the slot may have now.
+    slot: datetime | None = None
+    attempt: int | None = None
+    attempt_limit: int | None = None
+    # Run by hand (no --schedule) for a job that has a schedule.
+    manual: bool = False
 
 
 @dataclass(frozen=True)

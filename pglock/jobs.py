@@ -49,7 +49,8 @@ SELECT clock.at AS now, coalesce(j.job, l.job) AS name,
        coalesce(j.consecutive_failures, 0) AS consecutive_failures,
        j.schedule, j.timezone,
        extract(epoch FROM least(j.grace, interval '366 days'))::float8 AS grace,
-       j.last_slot, j.next_slot,
+       j.last_slot, j.next_slot, j.last_attempt, j.attempt_limit,
+       j.dead_slot, j.dead_attempts, j.dead_error,
        pause.paused_at, pause.paused_by, pause.reason AS pause_reason, pause.until AS paused_until,
        pause.job = '' AS paused_everywhere
 FROM (SELECT now() AS at) clock
@@ -69,6 +70,9 @@ ORDER BY 2
 class State(enum.StrEnum):
     """What a job is doing, worst first (the order `status` lists them in)."""
 
+    # A slot of its schedule spent its attempts (--retries) without success: nobody will
+    # run it again unless an operator replays it (or a later slot succeeds).
+    DEAD = "dead"
     # Its last run is still marked running but its lock expired: the holder vanished
     # or is cut off from the database.
     STALE = "stale"
@@ -118,6 +122,7 @@ class Problem(enum.StrEnum):
         member.counted = counted
         return member
 
+    DEAD = ("dead", Weight.CRITICAL, True)
     STALE = ("stale", Weight.CRITICAL, True)
     FAILED = ("failed", Weight.FAILURES, True)
     OVERDUE = ("overdue", Weight.MISSED, True)
@@ -154,6 +159,16 @@ class LastRun:
     exit_code: int | None
     finished_at: datetime | None
     duration: float | None
+
+
+@dataclass(frozen=True)
+class Dead:
+    """The slot that spent its attempts without success."""
+
+    slot: datetime
+    attempts: int
+    # The last attempt's last line of output (else its error, else its exit code).
+    error: str | None
 
 
 @dataclass(frozen=True)
@@ -212,6 +227,11 @@ class Job:
     problems: tuple[Problem, ...]
     # Set while an operator's pause is in force.
     pause: Pause | None = None
+    # Set while a dead slot waits for a later success or a replay.
+    dead: Dead | None = None
+    # The newest run's attempt at its slot, and how many the slot may have.
+    attempt: int | None = None
+    attempt_limit: int | None = None
 
     @property
     def paused_for(self) -> float | None:
@@ -303,8 +323,11 @@ def _from_row(*, now: datetime, name: str | None, lock_mode: str | None,
     if row["paused_at"] is not None:
         pause = Pause(row["paused_at"], row["paused_by"], row["pause_reason"],
                       row["paused_until"], bool(row["paused_everywhere"]))
+    dead = None
+    if row["dead_slot"] is not None:
+        dead = Dead(row["dead_slot"], row["dead_attempts"] or 0, row["dead_error"])
     lock_state, state, problems = classify(now, lock, run_open, last_run, due, note,
-                                           paused=pause is not None)
+                                           paused=pause is not None, dead=dead is not None)
     counts = {str(outcome): int(n) for outcome, n in row["outcome_counts"].items() if n}
     return now, Job(
         name=name, now=now, lock=lock, run_open=run_open, last_run_id=row["last_run_id"],
@@ -312,17 +335,20 @@ def _from_row(*, now: datetime, name: str | None, lock_mode: str | None,
         last_run=last_run, last_success_at=row["last_success_at"], counts=counts,
         consecutive_failures=row["consecutive_failures"], schedule=row["schedule"],
         timezone=row["timezone"], last_slot=row["last_slot"], due=due, schedule_note=note,
-        lock_state=lock_state, state=state, problems=problems, pause=pause)
+        lock_state=lock_state, state=state, problems=problems, pause=pause, dead=dead,
+        attempt=row["last_attempt"], attempt_limit=row["attempt_limit"])
 
 
 def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun | None,
              due: Due | None, note: str | None = None, *, paused: bool = False,
-             ) -> tuple[State, State, tuple[Problem, ...]]:
+             dead: bool = False) -> tuple[State, State, tuple[Problem, ...]]:
     """The job's lock state, its state, and its problems: the one place that judges a job."""
     held = lock is not None and lock.expires_at > now
-    # A paused job is neither failed nor overdue: nobody is meant to run it.
+    # A paused job is neither dead, failed nor overdue: nobody is meant to run it.
+    dead = dead and not paused
     failed = not paused and last_run is not None and last_run.outcome in FAILURES
     problems = tuple(problem for problem, found in (
+        (Problem.DEAD, dead),
         (Problem.STALE, run_open and not held),
         (Problem.FAILED, failed),
         (Problem.OVERDUE, not paused and due is not None and due.missed > 0),
@@ -332,12 +358,15 @@ def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun
         lock_state = State.CLEARED if lock.cleared_at is not None else State.RUNNING
     elif Problem.STALE in problems:
         lock_state = State.STALE
+    elif dead:
+        lock_state = State.DEAD
     elif failed:
         lock_state = State.FAILED
     else:
         lock_state = State.HELD if held else State.IDLE
-    # Overdue ranks below stale and failed, above the rest.
-    overdue = Problem.OVERDUE in problems and lock_state not in (State.STALE, State.FAILED)
+    # Overdue ranks below dead, stale and failed, above the rest.
+    overdue = Problem.OVERDUE in problems and lock_state not in (
+        State.DEAD, State.STALE, State.FAILED)
     if paused and lock_state not in (State.STALE, State.CLEARED, State.RUNNING):
         return lock_state, State.PAUSED, problems
     return lock_state, State.OVERDUE if overdue else lock_state, problems

@@ -30,12 +30,20 @@ from pglock.schema import query
 # nothing left on a pooled session), in a CTE the statement reads: PostgreSQL skips an
 # unreferenced SELECT CTE, and a row written implies the CTE's row was read.
 
-# A slot that already has a run is done, even after that run released the lock: the
-# loser of a scheduled race costs one statement, and learns why it lost.
-# A paused job (or every job paused, the empty name) is skipped in the same statement.
+# A slot that is done (it succeeded, its attempts are spent, or an attempt closed it) is
+# done even after its last run released the lock: the loser of a scheduled race costs one
+# statement, and learns why it lost. A slot whose attempt was abandoned or lost its lock
+# with attempts left is open: any host may take the next (docs/schedules.md, "Delivery").
+# A run without an attempt number is an older pglock's, still running through an upgrade:
+# for those, one run per slot. A paused job (or every job paused, the empty name) is
+# skipped in the same statement.
 ACQUIRE = """
 WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), slot_ran AS (
-    SELECT EXISTS (SELECT 1 FROM {schema}.runs WHERE job = %(job)s AND slot = %(slot)s) AS ran
+    SELECT EXISTS (SELECT 1 FROM {schema}.slots WHERE job = %(job)s AND slot = %(slot)s
+                   AND (succeeded_run_id IS NOT NULL OR closed_at IS NOT NULL
+                        OR attempts >= attempt_limit))
+        OR EXISTS (SELECT 1 FROM {schema}.runs WHERE job = %(job)s AND slot = %(slot)s
+                   AND attempt IS NULL) AS ran
 ), paused AS (
     SELECT EXISTS (SELECT 1 FROM {schema}.pauses WHERE job IN (%(job)s, '')
                    AND (until IS NULL OR until > clock_timestamp())) AS is_paused
@@ -144,7 +152,7 @@ class Attempt(enum.Enum):
 
     WON = "won"
     HELD = "held elsewhere"
-    SLOT_RAN = "this slot already ran"
+    SLOT_RAN = "this slot is done (it succeeded or its attempts are spent)"
     PAUSED = "the job is paused (pglock status says by whom and why)"
 
 

@@ -42,38 +42,64 @@ WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), abandoned
         error = 'its holder vanished without recording an end'
     WHERE r.job = %(job)s AND r.outcome = 'running'
     RETURNING r.id, r.finished_at, r.duration
+), opened AS (
+    -- A slot's attempt: one more on its row, which its CHECK keeps within the limit. A
+    -- slot that succeeded, or that an attempt closed, is pushed past the limit instead,
+    -- so that its start fails in the same way.
+    INSERT INTO {schema}.slots AS s (job, slot, attempts, attempt_limit, retries)
+    SELECT %(job)s, %(slot)s::timestamptz, 1, 1 + %(retries)s::integer, %(retries)s::integer
+    WHERE %(slot)s::timestamptz IS NOT NULL
+    ON CONFLICT (job, slot) DO UPDATE SET attempts = CASE
+        WHEN s.succeeded_run_id IS NULL AND s.closed_at IS NULL THEN s.attempts + 1
+        ELSE s.attempt_limit + 1 END
+    RETURNING attempts, attempt_limit
 ), started AS (
     INSERT INTO {schema}.runs
-        (job, slot, mode, holder, holder_pid, fencing_token, command, started_at, outcome)
-    VALUES (%(job)s, %(slot)s, %(mode)s, %(holder)s, %(holder_pid)s, %(fencing_token)s,
-            %(command)s, clock_timestamp(), 'running')
-    RETURNING id, started_at
+        (job, slot, mode, holder, holder_pid, fencing_token, command, started_at, outcome,
+         attempt, manual)
+    SELECT %(job)s, %(slot)s, %(mode)s, %(holder)s, %(holder_pid)s, %(fencing_token)s,
+           %(command)s, clock_timestamp(), 'running',
+           coalesce((SELECT attempts FROM opened), %(attempt)s::integer),
+           %(slot)s::timestamptz IS NULL AND EXISTS (
+               SELECT 1 FROM {schema}.jobs WHERE job = %(job)s AND schedule IS NOT NULL)
+    RETURNING id, started_at, attempt,
+              coalesce((SELECT attempt_limit FROM opened), 1 + %(retries)s::integer) AS limit_
 ), latest_abandoned AS (
     SELECT * FROM abandoned ORDER BY id DESC LIMIT 1
 ), summary AS (
     INSERT INTO {schema}.jobs AS j
         (job, mode, schedule, timezone, last_slot, next_slot, grace, last_run_id,
          last_started_at, last_holder, last_finished_run_id, last_finished_at, last_outcome,
-         last_duration, outcome_counts, consecutive_failures)
+         last_duration, outcome_counts, consecutive_failures, last_attempt, attempt_limit)
     SELECT %(job)s, %(mode)s, %(schedule)s, %(timezone)s, %(slot)s, %(next_slot)s, %(grace)s,
            s.id, s.started_at, %(holder)s,
            a.id, a.finished_at, CASE WHEN a.id IS NOT NULL THEN 'abandoned' END, a.duration,
            CASE WHEN a.id IS NOT NULL
                 THEN jsonb_build_object('abandoned', (SELECT count(*) FROM abandoned))
                 ELSE '{{}}' END,
-           (SELECT count(*) FROM abandoned)
+           (SELECT count(*) FROM abandoned), s.attempt, s.limit_
     FROM started s LEFT JOIN latest_abandoned a ON true
     ON CONFLICT (job) DO UPDATE SET
-        mode = excluded.mode, schedule = excluded.schedule, timezone = excluded.timezone,
+        mode = excluded.mode,
+        -- A run without --schedule (by hand) leaves the job's schedule and slots alone:
+        -- overdue detection goes on.
+        schedule = CASE WHEN excluded.last_slot IS NULL THEN j.schedule
+                        ELSE excluded.schedule END,
+        timezone = CASE WHEN excluded.last_slot IS NULL THEN j.timezone
+                        ELSE excluded.timezone END,
         -- A run of an older slot that got the lock late (--wait) must not move the slots
         -- back, unless the schedule itself changed.
-        last_slot = CASE WHEN excluded.last_slot < j.last_slot
+        last_slot = CASE WHEN excluded.last_slot IS NULL THEN j.last_slot
+                         WHEN excluded.last_slot < j.last_slot
                           AND (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
                          THEN j.last_slot ELSE excluded.last_slot END,
-        next_slot = CASE WHEN excluded.last_slot < j.last_slot
+        next_slot = CASE WHEN excluded.last_slot IS NULL THEN j.next_slot
+                         WHEN excluded.last_slot < j.last_slot
                           AND (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
                          THEN j.next_slot ELSE excluded.next_slot END,
-        grace = excluded.grace, forgotten_at = NULL,
+        grace = CASE WHEN excluded.last_slot IS NULL THEN j.grace ELSE excluded.grace END,
+        forgotten_at = NULL,
+        last_attempt = excluded.last_attempt, attempt_limit = excluded.attempt_limit,
         consecutive_failures = j.consecutive_failures + (SELECT count(*) FROM abandoned),
         last_run_id = excluded.last_run_id, last_started_at = excluded.last_started_at,
         last_holder = excluded.last_holder,
@@ -88,7 +114,7 @@ WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), abandoned
                 coalesce((j.outcome_counts ->> 'abandoned')::bigint, 0)
                 + (SELECT count(*) FROM abandoned)) END
 )
-SELECT id, started_at FROM started, durable
+SELECT id, started_at, attempt, limit_ FROM started, durable
 """
 
 # A run marked abandoned by a takeover may still finish and tell the truth; its
@@ -108,8 +134,19 @@ WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), previous 
         exit_code = %(exit_code)s, signal = %(signal)s, outcome = %(outcome)s,
         error = %(error)s, output_tail = %(output_tail)b
     FROM previous p, {schema}.jobs j WHERE r.id = p.id AND j.job = r.job
-    RETURNING r.id, r.job, r.finished_at, r.duration, r.exit_code, r.outcome, p.outcome AS was,
-              r.id >= coalesce(j.last_finished_run_id, 0) AS newer
+    RETURNING r.id, r.job, r.slot, r.finished_at, r.duration, r.exit_code, r.outcome,
+              p.outcome AS was, r.id >= coalesce(j.last_finished_run_id, 0) AS newer
+), slot_end AS (
+    -- The slot is dead when this attempt failed and no other may follow: its attempts are
+    -- spent, or it ended in a way no retry fixes. Without retries, a failure is only that.
+    UPDATE {schema}.slots s SET
+        succeeded_run_id = CASE WHEN f.outcome = 'succeeded' THEN f.id
+                                ELSE s.succeeded_run_id END,
+        closed_at = CASE WHEN %(closes)s THEN clock_timestamp() ELSE s.closed_at END
+    FROM finished f WHERE s.job = f.job AND s.slot = f.slot
+    RETURNING s.job, s.slot, s.attempts,
+              f.outcome NOT IN ('succeeded', 'stopped') AND s.attempt_limit > 1
+              AND (s.attempts >= s.attempt_limit OR %(hopeless)s) AS dead
 )
 UPDATE {schema}.jobs j SET
     last_finished_run_id = CASE WHEN f.newer THEN f.id ELSE j.last_finished_run_id END,
@@ -130,10 +167,24 @@ UPDATE {schema}.jobs j SET
         || CASE WHEN f.was = 'abandoned'
                 THEN jsonb_build_object('abandoned', greatest(0,
                          coalesce((j.outcome_counts ->> 'abandoned')::bigint, 0) - 1))
-                ELSE %(empty)s END
-FROM finished f JOIN before b ON b.job = f.job, durable
+                ELSE %(empty)s END,
+    -- Dead until a later success or a replay.
+    dead_slot = CASE WHEN NOT f.newer THEN j.dead_slot WHEN d.dead THEN d.slot
+                     WHEN f.outcome = 'succeeded' THEN NULL ELSE j.dead_slot END,
+    dead_attempts = CASE WHEN NOT f.newer THEN j.dead_attempts WHEN d.dead THEN d.attempts
+                         WHEN f.outcome = 'succeeded' THEN NULL ELSE j.dead_attempts END,
+    dead_error = CASE WHEN NOT f.newer THEN j.dead_error WHEN d.dead THEN %(error_line)s
+                      WHEN f.outcome = 'succeeded' THEN NULL ELSE j.dead_error END
+FROM finished f JOIN before b ON b.job = f.job LEFT JOIN slot_end d ON d.job = f.job, durable
 WHERE j.job = f.job
 RETURNING b.last_outcome, f.newer
+"""
+
+# An operator's stop between two attempts: no attempt of the slot follows.
+CLOSE_SLOT = """
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true))
+UPDATE {schema}.slots SET closed_at = clock_timestamp() FROM durable
+WHERE job = %(job)s AND slot = %(slot)s AND closed_at IS NULL
 """
 
 # Notes of what happened after the end was recorded (a failed hook), added to its error.
@@ -148,6 +199,10 @@ class StartedRun:
 
     id: int
     started_at: datetime
+    # 1-based; with --schedule, counted over every host's attempts at the slot.
+    attempt: int = 1
+    # How many attempts the slot (or, unscheduled, this invocation) may have.
+    attempt_limit: int = 1
 
 
 @dataclass(frozen=True)
@@ -160,6 +215,38 @@ class RunResult:
     signal: int | None = None
     error: str | None = None
     output_tail: bytes | None = None
+
+    @property
+    def error_line(self) -> str:
+        """One line that says why it failed: the last line of its output, else its error,
+        else its exit code (what check names for a dead slot)."""
+        if self.output_tail:
+            # A text column takes no NUL byte, and the output is anybody's bytes.
+            text = self.output_tail.decode(errors="replace").replace("\x00", "")
+            lines = text.strip().splitlines()
+            if lines and lines[-1].strip():
+                return lines[-1].strip()[:500]
+        if self.error:
+            return self.error.splitlines()[0][:500]
+        code = "no exit code" if self.exit_code is None else f"exit {self.exit_code}"
+        return f"{self.outcome} ({code})"
+
+    @property
+    def hopeless(self) -> bool:
+        """Whether no retry can fix it: the command cannot be executed (126) or found (127)."""
+        return self.outcome is Outcome.FAILED and self.exit_code in (126, 127)
+
+    @property
+    def retryable(self) -> bool:
+        """Whether another attempt may fix it: a failure or a timeout of the command, not
+        126/127, an operator's stop or signal, or a lost lock."""
+        return self.outcome in (Outcome.FAILED, Outcome.TIMED_OUT) and not self.hopeless
+
+    @property
+    def closes_slot(self) -> bool:
+        """Whether it ends its slot whatever attempts are left: hopeless, or an operator's
+        stop."""
+        return self.outcome is Outcome.STOPPED or self.hopeless
 
 
 @dataclass(frozen=True)
@@ -175,20 +262,24 @@ class Scheduled:
 
 def start(conn: psycopg.Connection[Any], schema: str, *, job: str, mode: str, holder: str,
           holder_pid: int, fencing_token: int | None, command: str,
-          scheduled: Scheduled | None = None) -> StartedRun:
+          scheduled: Scheduled | None = None, retries: int = 0,
+          attempt: int = 1) -> StartedRun:
     """Record a run as started (and any run its vanished predecessor left as abandoned).
 
-    With a schedule, a second run of the same slot raises psycopg.errors.UniqueViolation.
+    With a schedule, the attempt is the slot's next (`attempt` is for unscheduled runs)
+    and a start of a slot that is done (succeeded, closed, or its attempts spent) raises
+    psycopg.errors.CheckViolation (UniqueViolation from a racing start).
     """
     row = conn.execute(query(START, schema), {
         "job": job, "mode": mode, "holder": holder, "holder_pid": holder_pid,
-        "fencing_token": fencing_token, "command": command,
+        "fencing_token": fencing_token, "command": command, "retries": retries,
+        "attempt": attempt,
         "slot": scheduled and scheduled.slot, "next_slot": scheduled and scheduled.next_slot,
         "schedule": scheduled and scheduled.schedule,
         "timezone": scheduled and scheduled.timezone,
         "grace": scheduled and timedelta(seconds=scheduled.grace)}).fetchone()
     assert row is not None
-    return StartedRun(id=row[0], started_at=row[1])
+    return StartedRun(id=row[0], started_at=row[1], attempt=row[2], attempt_limit=row[3])
 
 
 @dataclass(frozen=True)
@@ -204,12 +295,15 @@ class Finished:
 
 
 def finish(conn: psycopg.Connection[Any], schema: str, run_id: int,
-           result: RunResult) -> Finished:
-    """Complete the run's row and the job's summary; repeating it changes nothing."""
+           result: RunResult, *, closes: bool | None = None) -> Finished:
+    """Complete the run's row and the job's summary (and its slot's: `closes` says whether
+    no attempt may follow, by default as the result says); repeating it changes nothing."""
     row = conn.execute(query(FINISH, schema), {
         "run_id": run_id, "duration": timedelta(seconds=result.duration),
         "exit_code": result.exit_code, "signal": result.signal, "outcome": str(result.outcome),
-        "error": result.error, "output_tail": result.output_tail, "empty": Jsonb({})}).fetchone()
+        "error": result.error, "output_tail": result.output_tail, "empty": Jsonb({}),
+        "closes": result.closes_slot if closes is None else closes,
+        "hopeless": result.hopeless, "error_line": result.error_line}).fetchone()
     if row is None:
         return Finished(previous_outcome=None, newest=False, recorded=False)
     return Finished(previous_outcome=row[0], newest=bool(row[1]))
@@ -218,3 +312,8 @@ def finish(conn: psycopg.Connection[Any], schema: str, run_id: int,
 def add_note(conn: psycopg.Connection[Any], schema: str, run_id: int, note: str) -> None:
     """Append to a recorded run's error (what its hooks or pings came to)."""
     conn.execute(query(NOTE, schema), {"run_id": run_id, "note": note})
+
+
+def close_slot(conn: psycopg.Connection[Any], schema: str, job: str, slot: datetime) -> None:
+    """No further attempt of the slot, whatever attempts are left."""
+    conn.execute(query(CLOSE_SLOT, schema), {"job": job, "slot": slot})

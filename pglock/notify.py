@@ -5,9 +5,9 @@ started, finished (each attempt's recorded end), and after_run, once per slot wi
 final result, which runs the hooks and sends the final ping. Only the host that ran
 the command gets past `skipped`, so only it runs hooks or pings.
 
-A retry loop (not built yet) calls `finished` after every attempt, writes its own
-`retry` event between attempts, and calls `after_run` once, with the last attempt's
-result: `--on-failure` then fires once per slot, when the slot is dead.
+With --retries, the run's attempts loop (run._run_locked) calls `finished` after every
+attempt, writes a `retry` event between attempts, and calls `after_run` once, with the
+last attempt's result: `--on-failure` fires once per slot, when the slot is dead.
 
 Nothing here changes pglock's exit code or prints on its own: a hook or a ping that
 failed is said with -v and returned as a note for the run's history row.

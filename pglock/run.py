@@ -8,6 +8,7 @@ import logging
 import math
 import os
 import random
+import select
 import signal
 import socket
 import threading
@@ -18,13 +19,21 @@ from typing import Any
 
 import psycopg
 
-from pglock import advisory, clock, database, lease, ledger, output, schema
+from pglock import advisory, clock, database, lease, ledger, output, retry, schema
 from pglock.child import CannotStart, Child
 from pglock.config import check_job, check_text, normalized_job, shown
 from pglock.database import Reconnecting
-from pglock.durations import DURATIONS
+from pglock.durations import DURATIONS, RETRIES, check_count
 from pglock.errors import ExitStatus, Interrupted, PglockError, UsageError
-from pglock.heartbeat import Heartbeat, LeaseRenewer, Renewer, check_ttl
+from pglock.heartbeat import (
+    RETRY_INTERVAL,
+    Heartbeat,
+    LeaseRenewer,
+    Renewer,
+    check_ttl,
+    grace,
+)
+from pglock.heartbeat import margin as heartbeat_margin
 from pglock.ledger import Outcome, RunResult
 from pglock.notify import Notifier, NotifyOptions
 from pglock.supervise import SignalGate, Supervision
@@ -68,6 +77,10 @@ class RunOptions:
     # Let processes the command leaves behind (a daemon it started) run on unlocked.
     leave_descendants: bool = False
     notify: NotifyOptions = field(default_factory=NotifyOptions)
+    # --retries: attempts after the first when one fails or times out (docs/schedules.md,
+    # "Delivery"); --retry-delay: the first wait between two, doubled at each.
+    retries: int = 0
+    retry_delay: float = 30.0
 
     def __post_init__(self) -> None:
         # Names that look the same are the same job (NFC; docs/decisions.md).
@@ -96,6 +109,7 @@ class RunOptions:
         if self.min_hold is not None and self.min_hold < 0:
             raise UsageError("--min-hold must not be negative")
         output.check_tail_size(self.output_tail)
+        check_count(self.retries, "--retries", RETRIES)
         self.notify.validate()
         self._validate_schedule()
 
@@ -106,7 +120,8 @@ class RunOptions:
                               ("--max-runtime", self.max_runtime),
                               ("--kill-after", self.kill_after),
                               ("--connect-timeout", self.connect_timeout),
-                              ("--deadline", self.deadline), ("--grace", self.grace)):
+                              ("--deadline", self.deadline), ("--grace", self.grace),
+                              ("--retry-delay", self.retry_delay)):
             bounds = DURATIONS[option]
             if value is not None and not (math.isfinite(value) and bounds.admits(value)):
                 raise UsageError(f"{option}: {value:g}s is out of range ({bounds.text()})")
@@ -228,12 +243,15 @@ def lost_at_release(result: RunResult) -> RunResult:
 
 
 def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: RunResult,
-               hold: float) -> tuple[RunResult, ledger.Finished | None, str | None]:
-    """Write the end of the run and release the lock, retrying across reconnects.
+               hold: float, *, keep: bool = False,
+               ) -> tuple[RunResult, ledger.Finished | None, str | None, float | None]:
+    """Write the end of the run and release the lock (with `keep`, renew it for another
+    attempt instead), retrying across reconnects.
 
     The result as recorded (lock_lost when the release found the lock no longer ours),
     what recording it learned about the job (None: nothing was written by this call),
-    and why the write never took, or None.
+    why the write never took (or None), and, when the lock was kept, the stopwatch time
+    its renewal was sent (None: released, lost, or an operator asked it to stop).
     """
     # A run that lost its lock to an outage has waited long enough: the lock is gone,
     # and the next acquirer marks the run abandoned. Otherwise a blip at the end of a
@@ -244,22 +262,25 @@ def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: R
     failure: str | None = "the database did not answer"
     recorded = result
     finished: ledger.Finished | None = None
+    kept_at: float | None = None
 
     def attempts() -> None:
-        nonlocal failure, recorded, finished
+        nonlocal failure, recorded, finished, kept_at
         while True:
             try:
                 conn = session.get()
+                sent = clock.now()
                 # One transaction: nobody sees the lock free before the run has ended.
                 with conn.transaction():
-                    ours = lease.release(conn, claim, hold)
+                    ours, kept, closes = _let_go(conn, claim, hold, keep)
                     final = result if ours or result.outcome is Outcome.LOCK_LOST else (
                         lost_at_release(result))
                     # Nothing written: an earlier attempt of ours did commit, before the
                     # connection broke, and its release found the lock ours.
-                    done = ledger.finish(conn, claim.schema, run_id, final)
+                    done = ledger.finish(conn, claim.schema, run_id, final, closes=closes)
                     if done.recorded:
                         recorded, finished = final, done
+                kept_at = sent if kept else None
                 failure = None
                 return
             except (psycopg.Error, PglockError) as error:
@@ -274,7 +295,23 @@ def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: R
     writer = threading.Thread(target=attempts, name="pglock-record", daemon=True)
     writer.start()
     writer.join(patience + 1.0)
-    return recorded, finished, failure
+    return recorded, finished, failure, kept_at
+
+
+def _let_go(conn: psycopg.Connection[Any], claim: lease.Claim, hold: float,
+            keep: bool) -> tuple[bool, bool, bool | None]:
+    """Release the lock, or (`keep`) renew it for the next attempt: whether it was ours,
+    whether it is kept, and whether the slot is closed by it (None: as the result says).
+
+    An operator's stop seen here ends the retries: the lock goes at once, the slot closes.
+    """
+    if not keep:
+        return lease.release(conn, claim, hold), False, None
+    renewal, _ = lease.renew(conn, claim)
+    if renewal is lease.Renewal.STOP:
+        return lease.release(conn, claim, 0.0), False, True
+    ours = renewal is lease.Renewal.OURS
+    return ours, ours, None
 
 
 # What the command finds in its environment (man pglock-run, ENVIRONMENT).
@@ -285,14 +322,18 @@ COMMAND_VARIABLES = {
                             "compare it where the command writes",
     "PGLOCK_HOLDER": "the holder's name (--holder, default the host name)",
     "PGLOCK_SLOT": "with --schedule: the slot this run is for (ISO 8601)",
+    "PGLOCK_ATTEMPT": "the attempt (1-based; with --retries, and with --schedule counted over "
+                      "every host's attempts at the slot): with PGLOCK_SLOT, an idempotency key",
 }
 
 
-def command_environment(options: RunOptions, claim: lease.Claim, run_id: int) -> dict[str, str]:
+def command_environment(options: RunOptions, claim: lease.Claim, run_id: int,
+                        attempt: int = 1) -> dict[str, str]:
     """The command's environment: ours, plus what it needs to fence its own writes."""
     env = dict(os.environ)
     env.update(PGLOCK_JOB=options.job, PGLOCK_RUN_ID=str(run_id),
-               PGLOCK_FENCING_TOKEN=str(claim.fencing_token), PGLOCK_HOLDER=options.holder)
+               PGLOCK_FENCING_TOKEN=str(claim.fencing_token), PGLOCK_HOLDER=options.holder,
+               PGLOCK_ATTEMPT=str(attempt))
     if claim.slot is not None:
         env["PGLOCK_SLOT"] = claim.slot.isoformat()
     return env
@@ -334,10 +375,12 @@ def execute(options: RunOptions, conninfo: str) -> int:
 
 def _start(session: Reconnecting, claim: lease.Claim, options: RunOptions, gate: SignalGate,
            scheduled: ledger.Scheduled | None, capture: output.Capture | None = None,
-           ) -> tuple[ledger.StartedRun, Child | CannotStart] | None:
+           attempt: int = 1) -> tuple[ledger.StartedRun, Child | CannotStart] | None:
     """Record the run as started, then fork the command (or say why it could not start).
 
-    None: another host's run of this slot got in between our acquire and our start.
+    None: the slot is done (another host's run of it got in between our acquire and our
+    start, or its attempts are spent). `attempt` numbers an unscheduled run's attempts; a
+    scheduled one gets its slot's next.
     """
     # Signals wait from the start record to the fork: a run recorded as started always
     # has a command to forward them to.
@@ -348,10 +391,11 @@ def _start(session: Reconnecting, claim: lease.Claim, options: RunOptions, gate:
                 run = ledger.start(conn, options.schema, job=options.job, mode=claim.mode,
                                     holder=claim.holder, holder_pid=claim.holder_pid,
                                     fencing_token=claim.fencing_token,
-                                    command=shown(options.command[0]), scheduled=scheduled)
-            except psycopg.errors.UniqueViolation:
+                                    command=shown(options.command[0]), scheduled=scheduled,
+                                    retries=options.retries, attempt=attempt)
+            except (psycopg.errors.UniqueViolation, psycopg.errors.CheckViolation):
                 lease.release(conn, claim)
-                log.debug("job %r: skipped: this slot already ran", options.job)
+                log.debug("job %r: skipped: this slot is done", options.job)
                 return None
             except psycopg.Error:
                 # Nothing ran: others need not wait out our lease.
@@ -359,31 +403,85 @@ def _start(session: Reconnecting, claim: lease.Claim, options: RunOptions, gate:
                     lease.release(conn, claim)
                 raise
         try:
-            gate.child = Child.spawn(options.command, command_environment(options, claim, run.id),
-                                     None if capture is None else capture.child_fds(),
-                                     reap=not options.leave_descendants)
+            gate.child = Child.spawn(
+                options.command, command_environment(options, claim, run.id, run.attempt),
+                None if capture is None else capture.child_fds(),
+                reap=not options.leave_descendants)
         except CannotStart as error:
             return run, error
         return run, gate.child
 
 
+@dataclass(frozen=True)
+class Attempted:
+    """One attempt, ended and recorded."""
+
+    run: ledger.StartedRun
+    result: RunResult
+    code: int
+    finished: ledger.Finished | None
+    # When the lock was kept for the next attempt: the stopwatch time its renewal was sent.
+    kept_at: float | None
+    # The command could not be started (raised once the slot's end is told).
+    cannot_start: CannotStart | None = None
+
+
 def _run_locked(session: Reconnecting, claim: lease.Claim, options: RunOptions, gate: SignalGate,
                 sent: float, scheduled: ledger.Scheduled | None, hold: float,
                 notifier: Notifier) -> int:
+    """The slot's attempts under one lock, renewed through the backoff between them, until
+    one succeeds, the attempts are spent, or one ends in a way no retry fixes; then the
+    slot's end is told once. pglock's exit code: the last attempt's."""
+    last: Attempted | None = None
+    # The job's last outcome before this slot's first attempt: what a recovery is from.
+    before: str | None = None
+    number = 1
+    while True:
+        done = _attempt(session, claim, options, gate, sent, scheduled, hold, notifier, number)
+        if done is None:
+            if last is None:
+                notifier.skipped("slot_ran")
+                return options.conflict_exit_code
+            break
+        if last is None and done.finished is not None and done.finished.newest:
+            before = done.finished.previous_outcome
+        last = done
+        if done.cannot_start is not None:
+            _after_slot(session, options, claim, notifier, done, before)
+            raise done.cannot_start
+        if done.kept_at is None:
+            break
+        wait = retry.delay(options.retry_delay, done.run.attempt)
+        notifier.emit("retry", warning=True, attempt=done.run.attempt,
+                      attempts=done.run.attempt_limit, outcome=str(done.result.outcome),
+                      exit_code=done.result.exit_code, delay=round(wait, 3))
+        interrupted, sent = _back_off(session, claim, options, gate, wait, done.kept_at)
+        if interrupted is not None:
+            return _interrupted(session, claim, options, gate, notifier, done, before, hold,
+                                interrupted)
+        number = done.run.attempt + 1
+    _after_slot(session, options, claim, notifier, last, before)
+    return last.code
+
+
+def _attempt(session: Reconnecting, claim: lease.Claim, options: RunOptions, gate: SignalGate,
+             sent: float, scheduled: ledger.Scheduled | None, hold: float, notifier: Notifier,
+             number: int) -> Attempted | None:
+    """Start, supervise and record one attempt; None: the slot was done before it started.
+    The lock is kept (renewed) when another attempt may follow, else released."""
     capture = None
     if output.should_capture(options.output_tail, options.output_on_failure):
         capture = output.Capture(options.output_tail, options.output_on_failure)
-    started = _start(session, claim, options, gate, scheduled, capture)
+    started = _start(session, claim, options, gate, scheduled, capture, number)
     if capture is not None and (started is None or isinstance(started[1], CannotStart)):
         capture.abandon()
     if started is None:
-        notifier.skipped("slot_ran")
-        return options.conflict_exit_code
+        return None
     run, child = started
     if isinstance(child, CannotStart):
         result = RunResult(Outcome.FAILED, int(child.exit_status), 0.0, error=str(child))
-        _finish(session, claim, run.id, result, options, hold, notifier)
-        raise child
+        ended, _ = _finish(session, claim, run, result, options, hold, notifier)
+        return dataclasses.replace(ended, cannot_start=child)
     heartbeat, watchdog = _keepers(session, claim, options, gate, sent, child)
     # After the watchdog's fork: the start ping has a thread of its own.
     notifier.started(run.id, options.command[0])
@@ -400,44 +498,109 @@ def _run_locked(session: Reconnecting, claim: lease.Claim, options: RunOptions, 
         child.process.wait()
         failure = RunResult(Outcome.FAILED, None, clock.now() - supervision.started,
                             error=f"pglock failed while the command ran: {error!r}")
-        _finish(session, claim, run.id, failure, options, hold, notifier)
+        _finish(session, claim, run, failure, options, hold, notifier, retry=False)
         raise
+    gate.child = None
     if capture is not None:
         capture.release(failed=result.outcome is not Outcome.SUCCEEDED)
     lost_running = result.outcome is Outcome.LOCK_LOST
-    result, unrecorded = _finish(session, claim, run.id, result, options, hold, notifier,
-                                 say=False)
+    ended, unrecorded = _finish(session, claim, run, result, options, hold, notifier,
+                                say=False, code=code)
+    result = ended.result
     said = []
     if lost_running:
         action = "stopped" if options.on_lost == "kill" else "let finish (--on-lost continue)"
         said.append(f"{result.error}; the command was {action}")
     elif result.outcome is Outcome.LOCK_LOST:
         said.append(f"{result.error} (found when releasing it)")
-        code = ExitStatus.INTERNAL
+        ended = dataclasses.replace(ended, code=ExitStatus.INTERNAL)
     if unrecorded is not None:
         said.append(_unrecorded(run.id, unrecorded))
     if said:
         # One line, whatever happened: cron mails it.
         log.warning("job %r: %s", options.job, "; ".join(said))
-    return code
+    return ended
+
+
+def _back_off(session: Reconnecting, claim: lease.Claim, options: RunOptions, gate: SignalGate,
+              wait: float, renewed_at: float) -> tuple[str | None, float]:
+    """Hold the lock through the wait before the next attempt, renewing it on this thread;
+    why the wait ended early ('signal', 'stop', 'lost'; None: it did not), and the
+    stopwatch time the last renewal was sent (the next attempt's heartbeat counts from it)."""
+    renewer = _renewer(session, claim)
+    # The same local deadline the heartbeat keeps while a command runs.
+    slack = heartbeat_margin(renewer.horizon) + grace(renewer.horizon, options.kill_after)
+    end = clock.now() + wait
+    next_renewal = renewed_at + renewer.interval
+    gate.between = True
+    try:
+        while True:
+            now = clock.now()
+            if gate.stop_signal is not None:
+                return "signal", renewed_at
+            if now >= renewed_at + renewer.horizon - slack:
+                return "lost", renewed_at
+            if now >= end:
+                return None, renewed_at
+            if now >= next_renewal:
+                try:
+                    renewal, _ = renewer.renew()
+                except (psycopg.Error, PglockError):
+                    renewer.reset()
+                    next_renewal = now + RETRY_INTERVAL
+                    continue
+                if renewal is lease.Renewal.LOST:
+                    return "lost", renewed_at
+                if renewal is lease.Renewal.STOP:
+                    return "stop", renewed_at
+                renewed_at, next_renewal = now, now + renewer.interval
+            ready, _, _ = select.select([gate.wake_r], [], [],
+                                        max(0.0, min(end, next_renewal) - clock.now()))
+            if ready:
+                os.read(gate.wake_r, 512)
+    finally:
+        gate.between = False
+        if claim.mode == "lease":
+            renewer.reset()
+
+
+def _interrupted(session: Reconnecting, claim: lease.Claim, options: RunOptions,
+                 gate: SignalGate, notifier: Notifier, last: Attempted, before: str | None,
+                 hold: float, why: str) -> int:
+    """The backoff ended early: no further attempt here. A stop signal ends pglock as if it
+    had killed it (128+N); an operator's `stop` closes the slot; a lost lock leaves the
+    slot open for any host. The slot's end is told, with the last attempt's result."""
+    if why == "lost":
+        log.warning("job %r: lock lost while waiting to retry; attempt %d was not started "
+                    "here (another host may run it)", options.job, last.run.attempt + 1)
+    else:
+        try:
+            conn = session.get()
+            with conn.transaction():
+                if why == "stop" and claim.slot is not None:
+                    ledger.close_slot(conn, options.schema, options.job, claim.slot)
+                lease.release(conn, claim, 0.0 if why == "stop" else hold)
+        except (psycopg.Error, PglockError) as error:
+            log.warning("job %r: the lock could not be released after the retries were "
+                        "stopped (%s); it expires in its ttl", options.job,
+                        database.first_line(error))
+    _after_slot(session, options, claim, notifier, last, before)
+    if why == "signal" and gate.stop_signal is not None:
+        return 128 + gate.stop_signal
+    return last.code
 
 
 def _keepers(session: Reconnecting, claim: lease.Claim, options: RunOptions,
              gate: SignalGate, sent: float, child: Child) -> tuple[Heartbeat, Watchdog | None]:
     """The renewal thread, and (with --on-lost kill) the watchdog process beside it."""
-    renewer: Renewer
-    if claim.mode == "advisory":
-        renewer = advisory.AdvisoryRenewer(claim, session)
-    else:
-        renewer = LeaseRenewer(claim, lambda: session.connect(claim.ttl / 3, claim.ttl / 3))
     watchdog: Watchdog | None = None
 
     def renewed(lost_at: float) -> None:
         if watchdog is not None:
             watchdog.extend(lost_at + heartbeat.margin / 2)
 
-    heartbeat = Heartbeat(renewer, acquired_sent_at=sent, kill_after=options.kill_after,
-                          on_lost=gate.wake, on_renewed=renewed)
+    heartbeat = Heartbeat(_renewer(session, claim), acquired_sent_at=sent,
+                          kill_after=options.kill_after, on_lost=gate.wake, on_renewed=renewed)
     if options.on_lost == "kill":
         # Forked here, before any thread of ours runs. It acts half a margin after the main
         # loop would, so it only acts when pglock itself cannot: stopped, or stuck.
@@ -445,6 +608,14 @@ def _keepers(session: Reconnecting, claim: lease.Claim, options: RunOptions,
                             heartbeat.grace, family=child.reaping)
         child.spared.add(watchdog.pid)
     return heartbeat, watchdog
+
+
+def _renewer(session: Reconnecting, claim: lease.Claim) -> Renewer:
+    """How the lock is kept in its mode: the lease row on a connection of its own, or the
+    advisory session lock (with its row) on the session."""
+    if claim.mode == "advisory":
+        return advisory.AdvisoryRenewer(claim, session)
+    return LeaseRenewer(claim, lambda: session.connect(claim.ttl / 3, claim.ttl / 3))
 
 
 def _supervise(supervision: Supervision, capture: output.Capture | None,
@@ -474,25 +645,41 @@ def _unrecorded(run_id: int, failure: str) -> str:
     return f"the end of run {run_id} could not be recorded ({failure}); it stays marked running"
 
 
-def _finish(session: Reconnecting, claim: lease.Claim, run_id: int, result: RunResult,
-            options: RunOptions, hold: float, notifier: Notifier, *, say: bool = True,
-            ) -> tuple[RunResult, str | None]:
-    """Record the end and release, then tell (hooks, pings, event log); with `say`, a
-    failure to record is said here."""
+def _finish(session: Reconnecting, claim: lease.Claim, run: ledger.StartedRun,
+            result: RunResult, options: RunOptions, hold: float, notifier: Notifier, *,
+            code: int | None = None, say: bool = True, retry: bool = True,
+            ) -> tuple[Attempted, str | None]:
+    """Record the attempt's end, and release the lock, or keep it when another attempt
+    may follow (a failure or timeout with attempts left); tell the event log. With `say`,
+    a failure to record is said here. The attempt, and why its end was not recorded."""
     if result.outcome is Outcome.STOPPED:
         # An operator stopped it: the lock goes to the next contender at once, no hold.
         hold = 0.0
-    result, finished, failure = record_end(session, claim, run_id, result, hold)
+    keep = retry and result.retryable and run.attempt < run.attempt_limit
+    result, finished, failure, kept_at = record_end(session, claim, run.id, result, hold,
+                                                    keep=keep)
+    if keep and kept_at is None and failure is not None:
+        # Neither kept nor known released: let it go (it expires in its ttl otherwise).
+        with contextlib.suppress(psycopg.Error, PglockError):
+            lease.release(session.get(), claim, hold)
     if say and failure is not None:
-        log.warning("job %r: %s", options.job, _unrecorded(run_id, failure))
+        log.warning("job %r: %s", options.job, _unrecorded(run.id, failure))
     notifier.finished(result, recorded=failure is None)
-    # No retries yet: every run is its slot's one attempt, so its end is the slot's.
-    newest = finished is not None and finished.newest
-    previous = finished.previous_outcome if finished is not None and newest else None
-    note = notifier.after_run(result, previous, command_environment(options, claim, run_id))
+    if code is None:
+        code = ExitStatus.INTERNAL if result.exit_code is None else result.exit_code
+    ended = Attempted(run, result, code, finished, kept_at)
+    return ended, failure
+
+
+def _after_slot(session: Reconnecting, options: RunOptions, claim: lease.Claim,
+                notifier: Notifier, last: Attempted, before: str | None) -> None:
+    """The slot's end, once, with its last attempt: hooks and the final ping (on-failure
+    fires once however many attempts failed); what they came to noted on its row."""
+    newest = last.finished is not None and last.finished.newest
+    env = command_environment(options, claim, last.run.id, last.run.attempt)
+    note = notifier.after_run(last.result, before if newest else None, env)
     if note is not None and newest:
-        _add_note(session, options, run_id, note)
-    return result, failure
+        _add_note(session, options, last.run.id, note)
 
 
 def _add_note(session: Reconnecting, options: RunOptions, run_id: int, note: str) -> None:

@@ -17,6 +17,7 @@ from pglock.status import Status
 
 # On a terminal the state carries a glyph, so that it reads without colour (NO_COLOR).
 STATE_LOOK = {
+    State.DEAD: ("X dead", "bold red reverse"),
     State.STALE: ("! stale", "bold yellow"),
     State.FAILED: ("x failed", "bold red"),
     State.OVERDUE: ("@ overdue", "yellow"),
@@ -57,6 +58,7 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
         line += f" ({overdue} overdue in all)"
     screen.parts.append(line)
     screen.parts.extend(pause_lines(report.jobs))
+    screen.parts.extend(dead_lines(report.jobs))
     if report.job is not None and report.jobs[0].schedule is not None:
         screen.parts.append(schedule_line(report.jobs[0]))
     if len(report.jobs) == 1 and report.runs:
@@ -77,6 +79,19 @@ def pause_lines(jobs: list[Job]) -> list[str]:
     for job in jobs:
         if job.pause is not None and not job.pause.everywhere:
             lines.append(f"{job.name} is " + _paused_text(job.pause))
+    return ["", *lines] if lines else []
+
+
+def dead_lines(jobs: list[Job]) -> list[str]:
+    """Each dead slot: its attempts, its last error, and what brings it back."""
+    lines = []
+    for job in jobs:
+        dead = job.dead
+        if dead is not None and job.state is State.DEAD:
+            error = f", last: {escaped(clip(dead.error))}" if dead.error else ""
+            lines.append(f"{job.name} is dead: slot {when(dead.slot)} failed {dead.attempts} "
+                         f"attempt{'s' if dead.attempts != 1 else ''}{error}; "
+                         f"pglock replay --job {job.name} --reason TEXT")
     return ["", *lines] if lines else []
 
 
@@ -200,6 +215,10 @@ def job_json(job: Job) -> dict[str, Any]:
             "since": iso(job.pause.paused_at), "by": job.pause.paused_by,
             "reason": job.pause.reason, "until": iso(job.pause.until),
             "every_job": job.pause.everywhere},
+        "attempt": job.attempt, "attempt_limit": job.attempt_limit,
+        "dead": None if job.dead is None else {
+            "slot": iso(job.dead.slot), "attempts": job.dead.attempts,
+            "error": job.dead.error},
     }
 
 
@@ -244,15 +263,23 @@ def summary_line(job: str, summary: Summary) -> str:
 
 def runs_grid(runs: list[RunRow], now: datetime, *, with_job: bool, bars: bool = False,
               outputs: bool = False) -> Grid:
-    headers = ["STARTED", *(["JOB"] if with_job else []), "HOST", "OUTCOME", "EXIT", "DURATION",
-               *(["BAR"] if bars else []), "NOTE"]
+    # Attempts of one slot are listed under it: the slot on its newest attempt's row.
+    slotted = any(run.slot is not None or run.manual or (run.attempt or 1) > 1 for run in runs)
+    headers = ["STARTED", *(["JOB"] if with_job else []), *(["SLOT"] if slotted else []),
+               "HOST", "OUTCOME", "EXIT", "DURATION", *(["BAR"] if bars else []), "NOTE"]
     grid = Grid(headers, styled_column=headers.index("OUTCOME"),
                 optional=("NOTE", "HOST", "EXIT", *([] if bars else ["JOB"])))
     lengths = [_length(run, now) for run in runs]
     longest = max((n for n in lengths if n is not None), default=0.0)
+    previous: tuple[str, datetime | None] | None = None
     for run, length in zip(runs, lengths, strict=True):
-        cells = [when(run.started_at), *([run.job] if with_job else []), escaped(run.holder),
-                 run.outcome,
+        slot_cell = []
+        if slotted:
+            slot_cell = [slot_text(run, same=previous == (run.job, run.slot) and
+                                   run.slot is not None)]
+            previous = (run.job, run.slot)
+        cells = [when(run.started_at), *([run.job] if with_job else []), *slot_cell,
+                 escaped(run.holder), run.outcome,
                  exit_text(run), NONE if length is None else took(length)]
         if run.outcome == "running":
             cells[-1] = f"{cells[-1]} so far"
@@ -262,6 +289,21 @@ def runs_grid(runs: list[RunRow], now: datetime, *, with_job: bool, bars: bool =
         grid.add(cells, OUTCOME_STYLE.get(run.outcome, "bold red"),
                  output_lines(run) if outputs else None)
     return grid
+
+
+def slot_text(run: RunRow, *, same: bool) -> str:
+    """The slot a run was an attempt at (blank under its newer attempt), and which attempt;
+    `manual` for a run by hand of a scheduled job."""
+    if run.outcome == "cleared":
+        return ""
+    attempt = "" if run.attempt is None else f"#{run.attempt}"
+    if attempt and run.attempt_limit is not None:
+        attempt += f"/{run.attempt_limit}"
+    if run.slot is None:
+        what = "manual" if run.manual else ""
+        return " ".join(part for part in (what, attempt if (run.attempt or 1) > 1 else "")
+                        if part)
+    return f"    {attempt}" if same else f"{when(run.slot)} {attempt}".strip()
 
 
 def output_lines(run: RunRow) -> list[str] | None:
@@ -332,7 +374,9 @@ def run_json(run: RunRow, *, output: bool = False) -> dict[str, Any]:
                 "finished_at": iso(run.finished_at), "host": run.holder, "pid": run.holder_pid,
                 "mode": run.mode, "outcome": run.outcome, "exit_code": run.exit_code,
                 "signal": run.signal, "duration": run.duration,
-                "fencing_token": run.fencing_token, "error": run.error}
+                "fencing_token": run.fencing_token, "error": run.error,
+                "slot": iso(run.slot), "attempt": run.attempt,
+                "attempt_limit": run.attempt_limit, "manual": run.manual}
     if output:
         # The run's --output-tail size is not recorded, so whether the tail is all of the
         # output cannot be told: there is no output_truncated.

@@ -38,6 +38,9 @@ class SignalGate:
     def __init__(self) -> None:
         self.child: Child | None = None
         self.stop_signal: int | None = None
+        # Between two attempts (the backoff of --retries): a stop signal is noted, not
+        # raised, so that the lock is released and the slot's end told.
+        self.between = False
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
 
@@ -54,6 +57,9 @@ class SignalGate:
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.child is None:
             if signum in STOPPING:
+                if self.between:
+                    self.stop_signal = signum
+                    return
                 raise Interrupted(signum)
             return
         if signum not in STOPPING:

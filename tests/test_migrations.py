@@ -98,3 +98,34 @@ def test_reports_upgrade_an_older_schema(env: Env) -> None:
     assert (result.returncode, result.stderr) == (0, ""), result
     assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [
         (str(schema.VERSION),)]
+
+
+def test_a_version_2_database_with_scheduled_runs_upgrades(env: Env) -> None:
+    """Slots that ran before version 3 are done (one run each); attempts start at 1 after."""
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(schema.ddl(env.schema, upto=2))
+        conn.execute(schema.query(
+            "INSERT INTO {schema}.runs (job, slot, mode, holder, holder_pid, command, "
+            "started_at, outcome) VALUES "
+            "('yearly', date_trunc('year', now()), 'lease', 'h', 1, 'true', now(), 'failed'), "
+            "('yearly', date_trunc('year', now()) - interval '1 year', 'lease', 'h', 1, 'true',"
+            " now(), 'succeeded')", env.schema))
+    args = ("run", "--job", "yearly", "--schedule", "0 0 1 1 *", "--tz", "UTC",
+            "--retries", "2")
+    # This year's slot had its one run before the upgrade: done, whatever --retries says.
+    skipped = env.run(*args, "--", "true")
+    assert (skipped.returncode, skipped.stderr) == (75, ""), skipped
+    assert env.query("SELECT slot = date_trunc('year', now()), attempts, attempt_limit, "
+                     "succeeded_run_id IS NOT NULL FROM {schema}.slots ORDER BY slot") == [
+        (False, 1, 1, True), (True, 1, 1, False)]
+    assert env.query("SELECT attempt, manual FROM {schema}.runs ORDER BY id") == [
+        (None, False), (None, False)]
+    # An older pglock still running through the upgrade writes runs without an attempt
+    # number: one per slot still holds for them.
+    with psycopg.connect(env.dsn, autocommit=True) as conn, pytest.raises(
+            psycopg.errors.UniqueViolation):
+        conn.execute(schema.query(
+            "INSERT INTO {schema}.runs (job, slot, mode, holder, holder_pid, command, "
+            "started_at, outcome) VALUES "
+            "('yearly', date_trunc('year', now()), 'lease', 'h', 1, 'true', now(), 'running')",
+            env.schema))

@@ -25,6 +25,10 @@ def last(outcome: str = "succeeded", exit_code: int | None = 0) -> jobs.LastRun:
                         finished_at=NOW - timedelta(minutes=2), duration=3.5)
 
 
+def dead(attempts: int = 3, error: str | None = "disk full") -> jobs.Dead:
+    return jobs.Dead(slot=NOW - timedelta(hours=9), attempts=attempts, error=error)
+
+
 def due(missed: int = 0) -> jobs.Due:
     return jobs.Due(due_at=NOW - timedelta(minutes=10 if missed else -5),
                     next_fire=NOW + timedelta(minutes=5), missed=missed, grace=60.0)
@@ -32,8 +36,10 @@ def due(missed: int = 0) -> jobs.Due:
 
 def job(name: str = "sync", *, lock: jobs.Lock | None = None, run_open: bool = False,
         last_run: jobs.LastRun | None = None, due: jobs.Due | None = None,
-        note: str | None = None, failures: int = 0, **fields: Any) -> jobs.Job:
-    lock_state, state, problems = jobs.classify(NOW, lock, run_open, last_run, due, note)
+        note: str | None = None, failures: int = 0, dead: jobs.Dead | None = None,
+        **fields: Any) -> jobs.Job:
+    lock_state, state, problems = jobs.classify(NOW, lock, run_open, last_run, due, note,
+                                                dead=dead is not None)
     values: dict[str, Any] = {
         "name": name, "now": NOW, "lock": lock, "run_open": run_open, "last_run_id": 42,
         "last_started_at": NOW - timedelta(minutes=3), "last_holder": "web-1",
@@ -41,6 +47,6 @@ def job(name: str = "sync", *, lock: jobs.Lock | None = None, run_open: bool = F
         "consecutive_failures": failures,
         "schedule": "*/5 * * * *" if due or note else None, "timezone": "UTC",
         "last_slot": None, "due": due, "schedule_note": note, "lock_state": lock_state,
-        "state": state, "problems": problems}
+        "state": state, "problems": problems, "dead": dead}
     values.update(fields)
     return jobs.Job(**values)

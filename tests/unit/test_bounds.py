@@ -24,6 +24,7 @@ WHERE = {
     "--min-hold": RUN, "--max-runtime": RUN, "--kill-after": RUN,
     "--deadline": [*RUN, "--schedule", "* * * * *"], "--grace": [*RUN, "--schedule", "* * * * *"],
     "--since": ["history"], "--older-than": ["prune", "--yes"], "--interval": ["status"],
+    "--retry-delay": RUN,
 }
 TOO_BIG = ["106752d", "400000d", "3000000d", "1000000000d", "9" * 400]
 
@@ -118,3 +119,10 @@ def test_the_readme_lists_every_range() -> None:
     for option, bounds in DURATIONS.items():
         low = "more than 0" if bounds.above else format_bound(bounds.low)
         assert f"{low} to {format_bound(bounds.high)}" in readme + operators, option
+
+
+@pytest.mark.parametrize("value", ["-1", "101", "many"])
+def test_retries_out_of_range_are_a_usage_error(value: str) -> None:
+    called = invoke("run", "--job", "j", "--retries", value, "--", "true")
+    assert called.code == 2, called
+    assert called.stderr.count("\n") == 1 and "--retries" in called.stderr, called.stderr

@@ -11,7 +11,7 @@ from pglock import check, jobs, screens
 from pglock.jobs import Problem, State
 from pglock.ledger import Outcome
 
-from .jobfactory import NOW, due, job, last, lock
+from .jobfactory import NOW, dead, due, job, last, lock
 
 P = Problem
 
@@ -51,6 +51,15 @@ P = Problem
      State.IDLE, State.IDLE, ()),
     ("schedule unreadable here", job(last_run=last(), note="unknown zone"),
      State.IDLE, State.IDLE, (P.UNREADABLE,)),
+    ("a slot spent its attempts", job(last_run=last("failed", 4), dead=dead()),
+     State.DEAD, State.DEAD, (P.DEAD, P.FAILED)),
+    ("dead and overdue: dead shows", job(last_run=last("failed", 4), dead=dead(), due=due(2)),
+     State.DEAD, State.DEAD, (P.DEAD, P.FAILED, P.OVERDUE)),
+    ("dead, a later slot running", job(lock=lock(), run_open=True, last_run=last("failed", 4),
+                                       dead=dead()),
+     State.RUNNING, State.RUNNING, (P.DEAD, P.FAILED)),
+    ("dead, then a manual run succeeded before the summary said so",
+     job(last_run=last(), dead=dead()), State.DEAD, State.DEAD, (P.DEAD,)),
 ])
 def test_classification(what: str, built: jobs.Job, lock_state: State, state: State,
                         problems: tuple[Problem, ...]) -> None:
@@ -68,7 +77,7 @@ def test_a_lock_kept_by_min_hold_is_held_with_its_end() -> None:
 
 
 def test_states_are_listed_worst_first_and_each_has_a_look() -> None:
-    assert list(State)[:3] == [State.STALE, State.FAILED, State.OVERDUE]
+    assert list(State)[:4] == [State.DEAD, State.STALE, State.FAILED, State.OVERDUE]
     assert list(State)[-1] is State.IDLE
     assert set(screens.STATE_LOOK) == set(State)
 
@@ -76,7 +85,9 @@ def test_states_are_listed_worst_first_and_each_has_a_look() -> None:
 def test_each_problem_has_a_weight_and_a_reason() -> None:
     assert set(check.REASONS) == set(Problem)
     assert all(isinstance(problem.weight, jobs.Weight) for problem in Problem)
-    assert sorted(p for p in Problem if p.counted) == [P.FAILED, P.OVERDUE, P.PAUSED, P.STALE]
+    assert sorted(p for p in Problem if p.counted) == [P.DEAD, P.FAILED, P.OVERDUE, P.PAUSED,
+                                                        P.STALE]
+    assert P.DEAD.weight is jobs.Weight.CRITICAL
 
 
 def test_outcomes_come_from_history_in_order() -> None:
@@ -99,7 +110,8 @@ def test_the_row_factory_builds_a_job_from_named_columns() -> None:
         "outcome_counts": {"failed": 1, "succeeded": 0}, "consecutive_failures": 1,
         "schedule": None, "timezone": None, "grace": None, "last_slot": None,
         "next_slot": None, "paused_at": None, "paused_by": None, "pause_reason": None,
-        "paused_until": None, "paused_everywhere": None}
+        "paused_until": None, "paused_everywhere": None, "last_attempt": 2,
+        "attempt_limit": 3, "dead_slot": None, "dead_attempts": None, "dead_error": None}
     now, built = jobs._from_row(**row)
     assert now == NOW and built is not None
     assert (built.name, built.state, built.problems) == ("sync", State.RUNNING, (P.FAILED,))
@@ -108,3 +120,14 @@ def test_the_row_factory_builds_a_job_from_named_columns() -> None:
     assert built.counts == {"failed": 1}
     # The clock's row when there are no jobs at all.
     assert jobs._from_row(now=NOW, name=None, lock_mode=None) == (NOW, None)
+
+
+def test_a_dead_slot_comes_from_its_columns_and_a_pause_hides_it() -> None:
+    slot = NOW - timedelta(hours=9)
+    lock_state, state, problems = jobs.classify(NOW, None, False, last("failed", 4), None,
+                                                dead=True, paused=True)
+    assert (lock_state, state, problems) == (State.IDLE, State.PAUSED, (P.PAUSED,))
+    built = job(last_run=last("failed", 4), dead=jobs.Dead(slot, 3, "disk full"))
+    assert check.REASONS[P.DEAD](built, NOW) == (
+        f"dead: slot {slot.isoformat()} failed after 3 attempts: disk full "
+        "(pglock replay --job sync --reason ...)")
