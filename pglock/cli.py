@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import copy
 import logging
 import os
 import socket
@@ -324,14 +325,28 @@ def full_app() -> typer.Typer:
 
 def _parser(args: list[str]) -> tuple[typer.core.TyperCommand | typer.core.TyperGroup,
                                       list[str], str]:
-    """The command that parses `args`: for `run`, its own alone, as every cron run pays
-    for building the others (a shell's completion request always gets the whole tree)."""
-    if args[:1] == ["run"] and not os.environ.get(COMPLETE_VAR):
-        info = next(c for c in app.registered_commands if c.callback is run)
-        command = typer.main.get_command_from_info(
-            info, pretty_exceptions_short=True, rich_markup_mode=None)
-        return command, args[1:], "pglock run"  # type: ignore[return-value]
+    """The command that parses `args`: the one named alone, as building every command's
+    parser costs more than most commands' work (`run`'s is found without importing the
+    others); the whole tree for `pglock --help`, an unknown name, or a shell's completion."""
+    if args and not args[0].startswith("-") and not os.environ.get(COMPLETE_VAR):
+        commands = app.registered_commands if args[0] == "run" else \
+            full_app().registered_commands
+        info = next((c for c in commands if _name(c) == args[0]), None)
+        if info is not None:
+            own = copy.copy(info)
+            # The group's settings (-h for help) that a subcommand would inherit from it.
+            own.context_settings = {**(app.info.context_settings or {}),
+                                    **(info.context_settings or {})}
+            command = typer.main.get_command_from_info(
+                own, pretty_exceptions_short=True, rich_markup_mode=None)
+            return command, args[1:], f"pglock {args[0]}"  # type: ignore[return-value]
     return typer.main.get_command(full_app()), args, "pglock"  # type: ignore[return-value]
+
+
+def _name(info: typer.models.CommandInfo) -> str:
+    """The name a registered command is called by."""
+    assert info.callback is not None
+    return info.name or typer.main.get_command_name(info.callback.__name__)
 
 
 USAGE = ("usage: pglock COMMAND [OPTIONS] (run, init, status, history, clear, prune, check, "
