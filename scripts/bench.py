@@ -358,25 +358,63 @@ def bench_notify(conninfo: str, tmp: Path, runs: int) -> None:
 # ---------------------------------------------------------------- 2. the embedded default
 
 
-def bench_embedded(stack: contextlib.ExitStack, tmp: Path, runs: int) -> None:
+EMBEDDED_BUDGET = 1.2
+
+
+def reaper_waiting(data_dir: Path) -> bool:
+    """Whether an embedded server's reaper is alive (it holds reaper.lock while it is)."""
+    import fcntl
+
+    fd = os.open(data_dir / "reaper.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+def bench_embedded(stack: contextlib.ExitStack, tmp: Path, conninfo: str, runs: int) -> None:
     data_home = tmp / "xdg-data"
     env = clean_environ(XDG_DATA_HOME=str(data_home), XDG_CONFIG_HOME=str(tmp / "xdg-config"))
     server = EmbeddedServer(data_home / "pglock")
-    stack.callback(safely("stopping the default embedded server", server.stop))
+
+    def stop() -> None:
+        server.stop()
+        deadline = time.monotonic() + 10
+        while reaper_waiting(server.data_dir) and time.monotonic() < deadline:
+            time.sleep(0.1)
+        if reaper_waiting(server.data_dir):
+            print("  ! the embedded server's reaper did not end with the server")
+
+    stack.callback(safely("stopping the default embedded server", stop))
     argv = [PGLOCK, "run", "--job", "x", "--min-hold", "0", "--", "true"]
     unexpected = Unexpected()
-    first = timed(argv, env)
+    first = timed(argv, {**env, "PGLOCK_EMBEDDED_LINGER": "0"})
     unexpected.check("embedded first run", first, 0)
     print(f"{'embedded first run':<22} {ms(first.seconds).strip()}"
           "  (initdb + start + create schema + stop; no floor)")
-    samples = []
+    cold = []
+    for _ in range(max(3, runs // 4)):
+        sample = timed(argv, {**env, "PGLOCK_EMBEDDED_LINGER": "0"})
+        unexpected.check("embedded cold run", sample, 0)
+        cold.append(sample.seconds)
+    report("embedded cold run", cold,
+           note="PGLOCK_EMBEDDED_LINGER=0: each starts and stops the server; no floor")
+    # Warm: the default linger keeps it up between runs; against the same run with a DSN.
+    timed(argv, env)
+    with_dsn = [PGLOCK, "run", "--job", "x", "--min-hold", "0", "--", "true"]
+    warm: list[float] = []
+    direct: list[float] = []
+    dsn_env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
     for _ in range(runs):
-        sample = timed(argv, env)
-        unexpected.check("embedded run", sample, 0)
-        samples.append(sample.seconds)
-    report("embedded run true", samples,
-           note=f"each starts and stops the server; min {ms(min(samples)).strip()}, "
-                f"max {ms(max(samples)).strip()}; no floor")
+        for out, run_env in ((warm, env), (direct, dsn_env)):
+            sample = timed(argv if run_env is env else with_dsn, run_env)
+            unexpected.check("embedded warm run", sample, 0)
+            out.append(sample.seconds)
+    report("embedded warm run", warm, direct, limit=EMBEDDED_BUDGET,
+           note="default linger, server up; floor: the same run with PGLOCK_DSN")
 
 
 # ---------------------------------------------------------------- 3. imports
@@ -1030,7 +1068,7 @@ def main() -> int:
         sections: list[tuple[str, Callable[[], None]]] = [
             ("run", lambda: bench_run(stack, conninfo, floor, runs)),
             ("notify", lambda: bench_notify(conninfo, tmp, runs)),
-            ("embedded", lambda: bench_embedded(stack, tmp, runs)),
+            ("embedded", lambda: bench_embedded(stack, tmp, conninfo, runs)),
             ("startup", lambda: bench_wall_imports(runs)),
             ("imports", lambda: bench_imports(conninfo, floor, runs)),
             ("memory", lambda: bench_memory(conninfo, floor)),
