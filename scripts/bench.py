@@ -80,8 +80,8 @@ def params(names):
 
 
 conn.execute(READ_VERSION).fetchone()
-slot_ran, token, _ = conn.execute(ACQUIRE, params(ACQUIRE_NAMES)).fetchone()
-if slot_ran or token is None:
+slot_ran, paused, token, *_ = conn.execute(ACQUIRE, params(ACQUIRE_NAMES)).fetchone()
+if slot_ran or paused or token is None:
     conn.close()
     sys.exit(75)
 v["fencing_token"] = token
