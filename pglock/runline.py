@@ -143,10 +143,22 @@ def _job(job: str) -> str:
 _CALLBACKS = {"job": _job}
 
 
+# Every parameter of cli.run that start() passes on.
+STARTED_FROM = frozenset((
+    "command", "job", "mode", "ttl", "wait", "jitter", "min_hold", "rerun", "max_runtime",
+    "kill_after", "on_lost", "conflict_exit_code", "holder", "schedule", "tz", "deadline",
+    "grace", "output_tail", "output_on_failure", "leave_descendants", "on_failure",
+    "on_success", "on_recovery", "hook_timeout", "ping_url", "event_log", "dsn", "schema",
+    "connect_timeout", "verbose", "quiet"))
+
+
 def start(values: dict[str, Any], from_environment: Collection[str]) -> int:
     """Run with run's parameters (typer's or this parser's): validated before the
     database, or the embedded server this joins, is touched."""
     boundary.configure_output(values["verbose"], values["quiet"])
+    if unused := set(values) - STARTED_FROM:
+        # An option added to cli.run but not passed on here would be dropped silently.
+        raise AssertionError(f"runline.start does not pass on {sorted(unused)}")
     from pglock import config, database
     from pglock.notify import NotifyOptions
     from pglock.run import RunOptions, execute

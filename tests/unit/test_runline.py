@@ -116,3 +116,9 @@ def test_the_program_answers_alike_through_either_parser(
         assert last[0] == last[1]
     else:
         assert through_runline == through_typer
+
+
+def test_start_passes_on_every_parameter_of_run() -> None:
+    # A parameter added to cli.run (and so to run_flags.py) must reach RunOptions.
+    assert set(runline.run_flags.DEFAULTS) | {runline.run_flags.ARGUMENT} == \
+        runline.STARTED_FROM
