@@ -1,3 +1,3 @@
-from pglock.cli import main
+from pglock.runline import main
 
 main()

@@ -3,20 +3,17 @@
 from __future__ import annotations
 
 import contextlib
-import logging
+import copy
 import os
-import socket
 import sys
-import traceback
-import warnings
 from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pglock import __version__
-from pglock.durations import parse_duration, parse_size
-from pglock.errors import ExitStatus, Interrupted, OutputFailed, PglockError
+from pglock import __version__, boundary
+from pglock.durations import parse_duration
+from pglock.errors import ExitStatus
 
 if TYPE_CHECKING:
     from typing import Any
@@ -78,31 +75,9 @@ Quiet = Annotated[bool, typer.Option(
     "--quiet", "-q", envvar="PGLOCK_QUIET", help="Print nothing of pglock's own, not even errors.")]
 
 
-# Whether the command being run configured the output (errors raised while its options
-# are still being parsed come before that).
-_output_configured = False
-
-
-def _configure_output(verbose: bool, quiet: bool) -> None:
-    """pglock's own messages go to stderr as one line; libraries stay silent unless -v."""
-    global _output_configured
-    _output_configured = True
-    root = logging.getLogger()
-    own = logging.getLogger("pglock")
-    handler = logging.StreamHandler(sys.stderr)
-    handler.setFormatter(logging.Formatter("pglock: %(message)s"))
-    # Configured anew on each call: main() may run many times in one process (tests).
-    root.handlers = [handler] if verbose else [logging.NullHandler()]
-    root.setLevel(logging.DEBUG if verbose else logging.WARNING)
-    own.handlers = [] if verbose else [handler]
-    own.propagate = verbose
-    own.setLevel(logging.NOTSET if verbose else logging.CRITICAL + 1 if quiet else logging.WARNING)
-    if not verbose:
-        warnings.simplefilter("ignore")
-
-
-def _optional_duration(text: str | None, option: str) -> float | None:
-    return None if text is None else parse_duration(text, option=option)
+# The error boundary and the output's set-up are shared with run's own parser (runline.py).
+_configure_output = boundary.configure_output
+say = boundary.say
 
 
 @contextlib.contextmanager
@@ -120,8 +95,7 @@ def connected(dsn: str | None, schema: str | None, connect_timeout: str,
         yield conn, place, name
 
 
-# Read from the environment, these apply only with --schedule; a crontab may set them for
-# all its lines, scheduled or not. Given as options without --schedule, they are refused.
+# Read from the environment, these apply only with --schedule (runline.start).
 _SCHEDULE_ONLY = ("tz", "deadline", "grace")
 
 
@@ -130,13 +104,6 @@ def _from_environment(ctx: typer.Context, name: str) -> bool:
 
     return ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT
 
-
-
-def say(text: str) -> None:
-    """A line on standard output (render.write: a closed or full stdout is an OutputFailed)."""
-    from pglock.render import write
-
-    write(text + "\n")
 
 
 # -h works for `run` too: it is built alone, without the app's context settings.
@@ -241,40 +208,11 @@ def run(
 
     Example: pglock run --job sync-invoices -- /opt/app/bin/sync-invoices
     """
-    _configure_output(verbose, quiet)
-    from pglock import config, database
-    from pglock.notify import NotifyOptions
-    from pglock.run import RunOptions, execute
+    from pglock import runline
 
-    if schedule is None:
-        tz, deadline, grace = (None if _from_environment(ctx, name) else value
-                               for name, value in zip(_SCHEDULE_ONLY, (tz, deadline, grace),
-                                                      strict=True))
-    options = RunOptions(
-        job=job, command=command or [], schema=config.configured_schema(schema), mode=mode,
-        ttl=parse_duration(ttl, option="--ttl"),
-        wait=parse_duration(wait, option="--wait"),
-        jitter=parse_duration(jitter, option="--jitter"),
-        min_hold=_optional_duration(min_hold, "--min-hold"), rerun=rerun,
-        max_runtime=_optional_duration(max_runtime, "--max-runtime"),
-        kill_after=parse_duration(kill_after, option="--kill-after"),
-        on_lost=on_lost, conflict_exit_code=conflict_exit_code,
-        holder=holder or socket.gethostname(),
-        connect_timeout=parse_duration(connect_timeout, option="--connect-timeout"),
-        schedule=schedule, tz=tz,
-        deadline=_optional_duration(deadline, "--deadline"),
-        grace=_optional_duration(grace, "--grace"),
-        output_tail=parse_size(output_tail, option="--output-tail"),
-        output_on_failure=output_on_failure, leave_descendants=leave_descendants,
-        retries=retries, retry_delay=parse_duration(retry_delay, option="--retry-delay"),
-        notify=NotifyOptions(
-            on_failure=on_failure, on_success=on_success, on_recovery=on_recovery,
-            hook_timeout=parse_duration(hook_timeout, option="--hook-timeout"),
-            ping_url=ping_url, event_log=event_log))
-    # RunOptions validated itself when built: before the database (or the embedded
-    # server this joins) is touched.
-    with database.opened(config.resolve_target(dsn)) as conninfo:
-        return execute(options, conninfo)
+    values = {name: value for name, value in locals().items() if name not in ("ctx", "runline")}
+    return runline.start(values, {name for name in _SCHEDULE_ONLY
+                                  if _from_environment(ctx, name)})
 
 
 @app.command()
@@ -333,14 +271,28 @@ def full_app() -> typer.Typer:
 
 def _parser(args: list[str]) -> tuple[typer.core.TyperCommand | typer.core.TyperGroup,
                                       list[str], str]:
-    """The command that parses `args`: for `run`, its own alone, as every cron run pays
-    for building the others (a shell's completion request always gets the whole tree)."""
-    if args[:1] == ["run"] and not os.environ.get(COMPLETE_VAR):
-        info = next(c for c in app.registered_commands if c.callback is run)
-        command = typer.main.get_command_from_info(
-            info, pretty_exceptions_short=True, rich_markup_mode=None)
-        return command, args[1:], "pglock run"  # type: ignore[return-value]
+    """The command that parses `args`: the one named alone, as building every command's
+    parser costs more than most commands' work (`run`'s is found without importing the
+    others); the whole tree for `pglock --help`, an unknown name, or a shell's completion."""
+    if args and not args[0].startswith("-") and not os.environ.get(COMPLETE_VAR):
+        commands = app.registered_commands if args[0] == "run" else \
+            full_app().registered_commands
+        info = next((c for c in commands if _name(c) == args[0]), None)
+        if info is not None:
+            own = copy.copy(info)
+            # The group's settings (-h for help) that a subcommand would inherit from it.
+            own.context_settings = {**(app.info.context_settings or {}),
+                                    **(info.context_settings or {})}
+            command = typer.main.get_command_from_info(
+                own, pretty_exceptions_short=True, rich_markup_mode=None)
+            return command, args[1:], f"pglock {args[0]}"  # type: ignore[return-value]
     return typer.main.get_command(full_app()), args, "pglock"  # type: ignore[return-value]
+
+
+def _name(info: typer.models.CommandInfo) -> str:
+    """The name a registered command is called by."""
+    assert info.callback is not None
+    return info.name or typer.main.get_command_name(info.callback.__name__)
 
 
 USAGE = ("usage: pglock COMMAND [OPTIONS] (run, init, status, history, clear, prune, check, "
@@ -397,14 +349,17 @@ def _invoke(args: list[str]) -> int:
 def _outcome(args: list[str], checking: bool) -> int:
     from typer import _click
 
-    global _output_configured
-    _output_configured = False
+    boundary.reset()
     command, rest, prog_name = _parser(args)
     if (bad := _undecodable_argument(command, rest)) is not None:
         return _usage_error(f"the argument {bad} is not valid UTF-8", args, None)
+
+    def invoked() -> int:
+        return int(command.main(args=rest, prog_name=prog_name, standalone_mode=False) or 0)
+
     try:
-        code = command.main(args=rest, prog_name=prog_name, standalone_mode=False)
-        return int(code or 0)
+        return boundary.guarded(invoked, args, checking,
+                                passing=(_click.exceptions.ClickException, typer.Abort))
     except _click.exceptions.UsageError as error:
         # Click raises some (an option without its value) without a context: the command
         # is then the first argument, when it names one.
@@ -415,50 +370,6 @@ def _outcome(args: list[str], checking: bool) -> int:
         return _usage_error(error.format_message(), args, None)
     except typer.Abort:
         return ExitStatus.SIGNALLED + 2
-    except Interrupted as interrupted:
-        # Nothing ran: the signal's code, as if it had ended us, and nothing to say.
-        return interrupted.exit_code
-    except OutputFailed as error:
-        return _output_failed(error, args)
-    except PglockError as error:
-        _say_error(str(error), error, args)
-        if checking and not _output_configured:
-            # Refused while its options were parsed (a bad --job): UNKNOWN, as for click's.
-            from pglock import check
-
-            report = check.unknown(str(error))
-            _answer(check.render_json(report) if "--json" in args else check.render_text(report))
-            return int(report.status)
-        return int(error.exit_status)
-    except Exception as error:
-        # A bug of ours: one fixed line (cron mails it). Never the exception's text: it can
-        # carry a DSN with its password. The traceback only with -v.
-        _say_error(f"internal error: {type(error).__name__} (-v shows the traceback)", error,
-                   args)
-        if checking:
-            _answer(f"PGLOCK UNKNOWN - internal error: {type(error).__name__}")
-        return ExitStatus.INTERNAL
-
-
-def _answer(text: str) -> None:
-    """check's answer after a failure: written if stdout can take it."""
-    try:
-        say(text)
-    except OutputFailed as error:
-        _output_failed(error, [])
-
-
-def _say_error(line: str, error: BaseException, args: list[str]) -> None:
-    """The one line of an error, through pglock's logger (so -q silences it)."""
-    if _output_configured:
-        if logging.getLogger().isEnabledFor(logging.DEBUG):
-            traceback.print_exception(error)
-        logging.getLogger("pglock").error("%s", line)
-    elif not _quiet(args):
-        # Raised while the options were parsed, before the command configured the output.
-        if "-v" in args or "--verbose" in args:
-            traceback.print_exception(error)
-        print(f"pglock: {line}", file=sys.stderr)
 
 
 def _plugin_code(code: int, checking: bool) -> int:
@@ -474,7 +385,7 @@ def _command_names() -> set[str]:
 def _usage_error(message: str, args: list[str], where: str | None) -> int:
     """A command line click refused: one line, unless -q; `check` still answers UNKNOWN on
     stdout (in JSON with --json), as a monitoring system reads a plugin's bad arguments."""
-    if not _quiet(args):
+    if not boundary.quiet(args):
         hint = f" (see '{where} --help')" if where else ""
         print(f"pglock: {message}{hint}", file=sys.stderr)
     if args[:1] != ["check"]:
@@ -482,25 +393,5 @@ def _usage_error(message: str, args: list[str], where: str | None) -> int:
     from pglock import check
 
     report = check.unknown(message)
-    _answer(check.render_json(report) if "--json" in args else check.render_text(report))
+    boundary.answer(check.render_json(report) if "--json" in args else check.render_text(report))
     return int(report.status)
-
-
-def _output_failed(error: OutputFailed, args: list[str]) -> int:
-    """A closed pipe ends pglock quietly, as it would end a C tool; a full disk is said."""
-    # What is still buffered must not fail again at exit, with Python's own message.
-    with contextlib.suppress(OSError, ValueError):
-        devnull = os.open(os.devnull, os.O_WRONLY)
-        os.dup2(devnull, sys.stdout.fileno())
-        os.close(devnull)
-    if not error.closed:
-        _say_error(str(error), error, args)
-    return int(error.exit_status)
-
-
-def _quiet(args: list[str]) -> bool:
-    """Whether -q (or PGLOCK_QUIET) was asked for, on a command line that did not parse."""
-    own = args[: args.index("--")] if "--" in args else args
-    if "-q" in own or "--quiet" in own:
-        return True
-    return os.environ.get("PGLOCK_QUIET", "").strip().lower() in ("1", "true", "yes", "on")

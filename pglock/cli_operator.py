@@ -51,6 +51,9 @@ def _say(text: str, quiet: bool) -> None:
 @app.command()
 def status(
     job: JobFilter = None,
+    every_job: Annotated[bool, typer.Option(
+        "--all", "-a", help="List every job; by default a fleet of more than 50 jobs lists "
+        "those running, held, paused or in trouble, and counts the idle rest.")] = False,
     as_json: Json = False,
     watch: Annotated[bool, typer.Option(
         "--watch", "-w", help="Redraw every --interval, in place, until Ctrl-C.")] = False,
@@ -62,8 +65,9 @@ def status(
     """Show each job: state, holder and mode, running for, expiry, next due, last run, last success.
 
     States, worst first: stale, failed, overdue (a slot of its schedule passed its grace
-    with no run), cleared, running, idle. With --job: that job, its schedule and its
-    recent runs (exit 1 if it never ran here).
+    with no run), cleared, running, paused, held, idle. With more than 50 jobs, the idle
+    ones are counted, not listed (--all lists them; --json always has every job). With
+    --job: that job, its schedule and its recent runs (exit 1 if it never ran here).
 
     Example: pglock status --job sync-invoices
     """
@@ -76,13 +80,15 @@ def status(
         raise UsageError("--json and --watch do not go together")
     with connected(dsn, schema, connect_timeout, "status") as (conn, place, name):
         if as_json:
-            render.show_json(screens.status_json(core.read(conn, name, job), place, name))
+            # Always every job; written as it is encoded.
+            render.stream_json(*screens.status_json_parts(core.read(conn, name, job), place,
+                                                          name))
             return 0
         terminal = render.on_terminal()
 
         def build() -> render.Screen:
-            return screens.status_screen(core.read(conn, name, job), place, name,
-                                         terminal=terminal)
+            return screens.status_screen(core.read(conn, name, job, everything=every_job),
+                                         place, name, terminal=terminal)
 
         if watch:
             return render.watch(build, every)

@@ -14,7 +14,8 @@ _LIBPQ_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGSERVICE", "PGDATABASE")
 DEFAULT_SCHEMA = "pglock"
 # The keys a config file may hold, and their type. An unknown key is an error: a typo'd
 # `dsn` would otherwise send the fleet to the embedded, this-host-only server.
-CONFIG_KEYS: dict[str, type] = {"dsn": str, "schema": str, "embedded": bool}
+CONFIG_KEYS: dict[str, type] = {"dsn": str, "schema": str, "embedded": bool,
+                                 "embedded_linger": str}
 
 
 @dataclass(frozen=True)
@@ -23,6 +24,8 @@ class Target:
 
     conninfo: str | None
     source: str
+    # The embedded server's linger after its last user, in seconds (embedded only).
+    linger: float = 0.0
 
     @property
     def embedded(self) -> bool:
@@ -104,7 +107,29 @@ def resolve_target(dsn_option: str | None) -> Target:
     if forbidden_by is not None:
         raise ConfigError(f"no database configured, and {forbidden_by} forbids the embedded "
                           "one: set PGLOCK_DSN, or dsn in /etc/pglock/config.toml")
-    return Target(None, "embedded")
+    return Target(None, "embedded", embedded_linger(path, values))
+
+
+def embedded_linger(path: Path | None, values: dict[str, object]) -> float:
+    """How long the embedded server stays up after its last user: PGLOCK_EMBEDDED_LINGER,
+    else embedded_linger in the config file, else embedded.DEFAULT_LINGER; 0 stops it
+    with its last user."""
+    from pglock.durations import EMBEDDED_LINGER, parse_duration
+
+    variable = os.environ.get("PGLOCK_EMBEDDED_LINGER", "").strip()
+    setting, where = (variable, "PGLOCK_EMBEDDED_LINGER") if variable else (
+        values.get("embedded_linger"), f"config file {shown(str(path))}: embedded_linger")
+    if isinstance(setting, str):
+        try:
+            seconds = parse_duration(setting, option=where)
+        except UsageError as error:
+            raise ConfigError(str(error)) from None
+        if not EMBEDDED_LINGER.admits(seconds):
+            raise ConfigError(f"{where}: {setting} is out of range ({EMBEDDED_LINGER.text()})")
+        return seconds
+    from pglock.embedded import DEFAULT_LINGER
+
+    return DEFAULT_LINGER
 
 
 _FALSE, _TRUE = ("0", "false", "no", "off"), ("1", "true", "yes", "on")

@@ -196,7 +196,7 @@ def opened(target: Target) -> Iterator[str]:
         return
     from pglock import embedded
 
-    server = embedded.EmbeddedServer(embedded.default_data_dir())
+    server = embedded.EmbeddedServer(embedded.default_data_dir(), linger=target.linger)
     try:
         conninfo = server.join()
     except embedded.EmbeddedError as error:

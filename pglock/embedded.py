@@ -12,6 +12,7 @@ import shlex
 import shutil
 import stat
 import subprocess
+import sys
 import time
 from collections.abc import Iterator, Mapping
 from contextlib import contextmanager
@@ -28,6 +29,16 @@ SERVER_USER = "pglock"
 _LOG_MAX_BYTES = 1 << 20
 # sun_path holds 108 bytes; keep a margin for the ".lock" sibling postgres also creates.
 _SOCKET_PATH_MAX = 100
+
+
+# How long the server stays up after its last user left, unless configured
+# (PGLOCK_EMBEDDED_LINGER, embedded_linger): a job every few minutes finds it warm.
+DEFAULT_LINGER = 600.0
+# Touched by each last user's leave(): the linger runs from its modification time.
+_LEFT = "last-left"
+# Held (flock) by the one reaper waiting to stop the server, for its whole life.
+_REAPER_LOCK = "reaper.lock"
+_REAPER_NAP = 2.0
 
 
 class _Postmaster(NamedTuple):
@@ -128,10 +139,14 @@ def _make_install_usable(install: Path) -> None:
 
 
 class EmbeddedServer:
-    """A cluster in data_dir, started by the first join() and stopped by the last leave()."""
+    """A cluster in data_dir, started by the first join() and stopped by the last leave(),
+    or, with a `linger`, that many seconds after the last leave() if nobody joined since:
+    a detached reaper process (see reap()) waits for that and then stops it."""
 
-    def __init__(self, data_dir: Path, *, settings: Mapping[str, str] | None = None) -> None:
+    def __init__(self, data_dir: Path, *, settings: Mapping[str, str] | None = None,
+                 linger: float = 0.0) -> None:
         self.data_dir = Path(data_dir).absolute()
+        self.linger = linger
         self.pgdata = self.data_dir / "pgdata"
         self.log_path = self.data_dir / "server.log"
         self.settings = dict(settings or {})
@@ -181,7 +196,39 @@ class EmbeddedServer:
                     fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
                 except BlockingIOError:
                     return
-                self._stop(deadline)
+                if self.linger > 0 and self._postmaster() is not None:
+                    self._linger()
+                else:
+                    self._stop(deadline)
+        finally:
+            os.close(fd)
+
+    def _linger(self) -> None:
+        """Leave the server up; make sure one reaper will stop it after the linger.
+
+        Called under control.lock by the last user. The linger restarts from now (the
+        mtime of `last-left`); a reaper already waiting sees that and waits on, else a
+        new one is started, detached, holding reaper.lock from here on (its fd is
+        inherited, so no second reaper can start between this and its start-up)."""
+        (self.data_dir / _LEFT).touch(0o600)
+        os.utime(self.data_dir / _LEFT)
+        fd = os.open(self.data_dir / _REAPER_LOCK, os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                return  # a reaper is waiting: it will read the new time
+            try:
+                subprocess.Popen(
+                    [sys.executable, "-m", "pglock.embedded", str(self.data_dir),
+                     repr(self.linger), str(fd)],
+                    stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                    stderr=subprocess.DEVNULL, pass_fds=(fd,), start_new_session=True,
+                    cwd="/", env={k: v for k, v in os.environ.items()
+                                  if not k.startswith(("PG", "PGLOCK_"))})
+            except OSError:
+                # No reaper: stop now rather than leave a server nobody will stop.
+                self._stop(time.monotonic() + 60.0)
         finally:
             os.close(fd)
 
@@ -332,3 +379,47 @@ class EmbeddedServer:
             raise EmbeddedError(message) from None
         if done.returncode != 0:
             raise EmbeddedError(message)
+
+
+def reap(data_dir: Path, linger: float, held: int) -> None:
+    """The reaper: stop the server once `linger` seconds passed since its last user left
+    with nobody using it; gone as soon as someone does (that user's leave() starts the
+    next reaper) or the server is stopped. `held` is its inherited fd of reaper.lock: it
+    lets go of it under control.lock, so that a leave() that finds it held can count on
+    this reaper to read the time it left. A server found stopped ends it."""
+    server = EmbeddedServer(data_dir)
+    while True:
+        try:
+            left = (server.data_dir / _LEFT).stat().st_mtime
+        except FileNotFoundError:
+            return
+        wait = left + linger - time.time()
+        if wait > 0:
+            # Short naps: a server stopped meanwhile (pglock's stop(), a reboot's) ends
+            # the reaper within one, rather than at the end of the linger.
+            time.sleep(min(wait + 0.05, _REAPER_NAP))
+            if server._postmaster() is None:
+                return
+            continue
+        with server._control(time.monotonic() + 60.0):
+            if (server.data_dir / _LEFT).stat().st_mtime != left:
+                continue  # a user left again meanwhile: the linger starts over
+            users = os.open(server.data_dir / "users.lock", os.O_RDWR | os.O_CREAT, 0o600)
+            try:
+                try:
+                    fcntl.flock(users, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                except BlockingIOError:
+                    return  # in use: its last user's leave() starts the next reaper
+                server._stop(time.monotonic() + 60.0)
+            finally:
+                os.close(users)
+                os.close(held)
+        return
+
+
+if __name__ == "__main__":
+    # python -m pglock.embedded DATA_DIR LINGER_SECONDS LOCK_FD (started by _linger()).
+    try:
+        reap(Path(sys.argv[1]), float(sys.argv[2]), int(sys.argv[3]))
+    except (OSError, EmbeddedError):
+        sys.exit(1)

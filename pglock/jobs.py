@@ -18,7 +18,6 @@ from functools import lru_cache
 from typing import Any
 
 import psycopg
-from psycopg.rows import kwargs_row
 
 from pglock import database, schema
 from pglock.errors import UsageError
@@ -32,8 +31,18 @@ FAILURES = tuple(o for o in FINISHED if o not in (Outcome.SUCCEEDED, Outcome.STO
 # One row per job that has a `jobs` or a `locks` row (a lock taken whose run never
 # started has only the latter). The clock is read in the same statement, so that no
 # jobs at all still give a row. Intervals come as seconds, the form every reader uses.
+# `listed` is false only for a job that `classify` is sure to find idle (lock free, no
+# open run, last run not a failure, not paused, on time against its schedule): status's
+# default view leaves those out unless %(everything)s or the fleet is small, and counts
+# them in `unlisted`, so that 10,000 idle jobs cost one count, not 10,000 rows.
 JOBS = """
-SELECT clock.at AS now, coalesce(j.job, l.job) AS name,
+WITH clock AS (SELECT now() AS at),
+paused AS (
+SELECT p.job, p.paused_at, p.paused_by, p.reason, p.until FROM {schema}.pauses p, clock
+WHERE p.until IS NULL OR p.until > clock.at
+),
+every AS (
+SELECT coalesce(j.job, l.job) AS name,
        l.mode AS lock_mode, l.holder, l.holder_pid, l.fencing_token, l.backend_pid,
        -- Clamped: a row an older pglock wrote with an absurd --ttl or --min-hold (years
        -- past 9999, which Python cannot hold) must not break every report.
@@ -51,20 +60,52 @@ SELECT clock.at AS now, coalesce(j.job, l.job) AS name,
        extract(epoch FROM least(j.grace, interval '366 days'))::float8 AS grace,
        j.last_slot, j.next_slot, j.last_attempt, j.attempt_limit,
        j.dead_slot, j.dead_attempts, j.dead_error,
-       pause.paused_at, pause.paused_by, pause.reason AS pause_reason, pause.until AS paused_until,
-       pause.job = '' AS paused_everywhere
-FROM (SELECT now() AS at) clock
-LEFT JOIN ({schema}.jobs j FULL JOIN {schema}.locks l ON l.job = j.job)
+       -- Its own pause before a pause of every job.
+       CASE WHEN own.job IS NULL THEN every_job.paused_at ELSE own.paused_at END AS paused_at,
+       CASE WHEN own.job IS NULL THEN every_job.paused_by ELSE own.paused_by END AS paused_by,
+       CASE WHEN own.job IS NULL THEN every_job.reason ELSE own.reason END AS pause_reason,
+       CASE WHEN own.job IS NULL THEN every_job.until ELSE own.until END AS paused_until,
+       CASE WHEN own.job IS NULL THEN every_job.job = '' END AS paused_everywhere,
+       (l.job IS NOT NULL AND (l.expires_at > clock.at OR l.released_at IS NULL))
+       OR (j.last_run_id IS NOT NULL AND j.last_run_id IS DISTINCT FROM j.last_finished_run_id)
+       OR (j.last_finished_run_id IS NOT NULL AND j.last_outcome = ANY(%(failures)s::text[]))
+       OR own.job IS NOT NULL OR every_job.job IS NOT NULL OR j.dead_slot IS NOT NULL
+       OR (j.schedule IS NOT NULL AND j.last_slot IS NOT NULL
+           AND NOT coalesce(j.next_slot > clock.at AND j.grace IS NOT NULL, false)) AS listed
+FROM clock
+JOIN ({schema}.jobs j FULL JOIN {schema}.locks l ON l.job = j.job)
        ON (%(job)s::text IS NULL OR coalesce(j.job, l.job) = %(job)s::text)
       -- A forgotten job is gone from every report until it runs again.
       AND j.forgotten_at IS NULL
--- Its own pause before a pause of every job (the empty name sorts first).
-LEFT JOIN LATERAL (
-    SELECT p.job, p.paused_at, p.paused_by, p.reason, p.until FROM {schema}.pauses p
-    WHERE p.job IN (coalesce(j.job, l.job), '') AND (p.until IS NULL OR p.until > clock.at)
-    ORDER BY p.job DESC LIMIT 1) pause ON coalesce(j.job, l.job) IS NOT NULL
-ORDER BY 2
+-- Pauses in force: one per paused job, '' for `pause --all` (a hash join, not a lookup
+-- per job).
+LEFT JOIN paused own ON own.job = coalesce(j.job, l.job)
+LEFT JOIN paused every_job ON every_job.job = ''
+),
+shown AS (
+SELECT %(everything)s::bool OR (SELECT count(*) FROM every) <= %(list_all_upto)s AS everything
+)
+SELECT clock.at AS now,
+       CASE WHEN shown.everything THEN NULL
+            ELSE (SELECT count(*) FROM every WHERE NOT every.listed) END AS unlisted,
+       e.*
+FROM clock CROSS JOIN shown
+LEFT JOIN every e ON shown.everything OR e.listed
+ORDER BY e.name
 """
+# The columns of a JOBS row, in order: _from_row unpacks them by position (10,000 rows
+# as dicts cost more than the query), and read() checks that the statement agrees.
+COLUMNS = (
+    "now", "unlisted", "name", "lock_mode", "holder", "holder_pid", "fencing_token",
+    "backend_pid", "acquired_at", "expires_at", "ttl", "released_at", "cleared_at",
+    "cleared_by", "run_open", "last_run_id", "last_started_at", "last_holder",
+    "last_finished_run_id", "last_outcome", "last_exit_code", "last_finished_at",
+    "last_duration", "last_success_at", "outcome_counts", "consecutive_failures", "schedule",
+    "timezone", "grace", "last_slot", "next_slot", "last_attempt", "attempt_limit",
+    "dead_slot", "dead_attempts", "dead_error", "paused_at", "paused_by", "pause_reason",
+    "paused_until", "paused_everywhere", "listed")
+# Up to this many jobs, status lists them all: a small fleet reads at a glance.
+LIST_ALL_UPTO = 50
 
 
 class State(enum.StrEnum):
@@ -286,57 +327,75 @@ class Snapshot:
 
     now: datetime
     jobs: list[Job]
+    # Idle jobs left out of `jobs` (read with everything=False on a large fleet).
+    unlisted: int = 0
 
 
-def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None) -> Snapshot:
+def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None, *,
+         everything: bool = True) -> Snapshot:
     """Every job, or the one named: none while pglock never ran here (no schema yet);
-    a schema that `run` would refuse (newer, no version row, a table missing) fails."""
+    a schema that `run` would refuse (newer, no version row, a table missing) fails.
+    everything=False leaves out the jobs sure to be idle when there are more than
+    LIST_ALL_UPTO jobs, and counts them in `unlisted`."""
     with database.translated(f"cannot read the jobs of schema {schema_name!r}"):
         if not schema.readable(conn, schema_name):
             row = conn.execute("SELECT now()").fetchone()
             assert row is not None
             return Snapshot(row[0], [])
         # Binary rows: with 10,000 jobs, parsing timestamps from text is most of the cost.
-        cursor = conn.cursor(binary=True, row_factory=kwargs_row(_from_row))
-        rows = cursor.execute(schema.query(JOBS, schema_name), {"job": job}).fetchall()
-    return Snapshot(rows[0][0], [found for _, found in rows if found is not None])
+        cursor = conn.cursor(binary=True)
+        rows = cursor.execute(schema.query(JOBS, schema_name), {
+            "job": job, "everything": everything, "list_all_upto": LIST_ALL_UPTO,
+            "failures": [str(o) for o in FAILURES]}).fetchall()
+        assert cursor.description is not None
+        if tuple(c.name for c in cursor.description) != COLUMNS:
+            raise AssertionError("jobs.JOBS and jobs.COLUMNS disagree")
+    now, unlisted = rows[0][0], rows[0][1]
+    found = [_from_row(now, row) for row in rows if row[2] is not None]
+    if unlisted is None:
+        return Snapshot(now, found)
+    # The query keeps what might not be idle; what classify finds idle after all (a slot
+    # pending within its grace) joins the count.
+    listed = [j for j in found if j.state is not State.IDLE]
+    return Snapshot(now, listed, unlisted + len(found) - len(listed))
 
 
-def _from_row(*, now: datetime, name: str | None, lock_mode: str | None,
-              **row: Any) -> tuple[datetime, Job | None]:
-    """A JOBS row as (now, its Job); the row of no job at all is (now, None)."""
-    if name is None:
-        return now, None
+def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
+    """A JOBS row (with a job; its columns as COLUMNS names them) as its Job."""
+    (_, _, name, lock_mode, holder, holder_pid, fencing_token, backend_pid, acquired_at,
+     expires_at, ttl, released_at, cleared_at, cleared_by, run_open, last_run_id,
+     last_started_at, last_holder, last_finished_run_id, last_outcome, last_exit_code,
+     last_finished_at, last_duration, last_success_at, outcome_counts, consecutive_failures,
+     schedule_expr, timezone, grace, last_slot, next_slot, last_attempt, attempt_limit,
+     dead_slot, dead_attempts, dead_error, paused_at, paused_by, pause_reason, paused_until,
+     paused_everywhere, _) = row
     lock = None
     if lock_mode is not None:
-        lock = Lock(lock_mode, row["holder"], row["holder_pid"], row["fencing_token"],
-                    row["backend_pid"], row["acquired_at"], row["expires_at"], row["ttl"],
-                    row["released_at"], row["cleared_at"], row["cleared_by"])
+        lock = Lock(lock_mode, holder, holder_pid, fencing_token, backend_pid, acquired_at,
+                    expires_at, ttl, released_at, cleared_at, cleared_by)
     last_run = None
-    if row["last_finished_run_id"] is not None:
-        last_run = LastRun(row["last_finished_run_id"], row["last_outcome"],
-                           row["last_exit_code"], row["last_finished_at"], row["last_duration"])
-    due, note = standing(row["schedule"], row["timezone"], row["grace"], row["last_slot"],
-                         row["next_slot"], now)
-    run_open = bool(row["run_open"])
+    if last_finished_run_id is not None:
+        last_run = LastRun(last_finished_run_id, last_outcome, last_exit_code,
+                           last_finished_at, last_duration)
+    due, note = standing(schedule_expr, timezone, grace, last_slot, next_slot, now)
+    run_open = bool(run_open)
     pause = None
-    if row["paused_at"] is not None:
-        pause = Pause(row["paused_at"], row["paused_by"], row["pause_reason"],
-                      row["paused_until"], bool(row["paused_everywhere"]))
+    if paused_at is not None:
+        pause = Pause(paused_at, paused_by, pause_reason, paused_until, bool(paused_everywhere))
     dead = None
-    if row["dead_slot"] is not None:
-        dead = Dead(row["dead_slot"], row["dead_attempts"] or 0, row["dead_error"])
+    if dead_slot is not None:
+        dead = Dead(dead_slot, dead_attempts or 0, dead_error)
     lock_state, state, problems = classify(now, lock, run_open, last_run, due, note,
                                            paused=pause is not None, dead=dead is not None)
-    counts = {str(outcome): int(n) for outcome, n in row["outcome_counts"].items() if n}
-    return now, Job(
-        name=name, now=now, lock=lock, run_open=run_open, last_run_id=row["last_run_id"],
-        last_started_at=row["last_started_at"], last_holder=row["last_holder"],
-        last_run=last_run, last_success_at=row["last_success_at"], counts=counts,
-        consecutive_failures=row["consecutive_failures"], schedule=row["schedule"],
-        timezone=row["timezone"], last_slot=row["last_slot"], due=due, schedule_note=note,
+    counts = {str(outcome): int(n) for outcome, n in outcome_counts.items() if n}
+    return Job(
+        name=name, now=now, lock=lock, run_open=run_open, last_run_id=last_run_id,
+        last_started_at=last_started_at, last_holder=last_holder,
+        last_run=last_run, last_success_at=last_success_at, counts=counts,
+        consecutive_failures=consecutive_failures, schedule=schedule_expr,
+        timezone=timezone, last_slot=last_slot, due=due, schedule_note=note,
         lock_state=lock_state, state=state, problems=problems, pause=pause, dead=dead,
-        attempt=row["last_attempt"], attempt_limit=row["attempt_limit"])
+        attempt=last_attempt, attempt_limit=attempt_limit)
 
 
 def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun | None,

@@ -10,7 +10,7 @@ import contextlib
 import json
 import sys
 import time
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime
 from typing import Any
@@ -20,6 +20,8 @@ from pglock.errors import OutputFailed, PglockError
 
 NONE = "-"
 NOTE_WIDTH = 70
+# stream_json writes once this many characters of items are ready.
+STREAM_CHUNK = 1 << 16
 
 
 @dataclass
@@ -71,6 +73,30 @@ def show(screen: Screen) -> None:
 
 def show_json(document: dict[str, Any]) -> None:
     write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
+
+
+def stream_json(head: dict[str, Any], key: str, items: Iterable[dict[str, Any]],
+                tail: dict[str, Any]) -> None:
+    """One JSON object written as it is made: `head`'s keys, then `key`'s list with one
+    item a line (each encoded as it comes, in compact form: with 10,000 items the indented
+    encoder alone would cost half a second), then `tail`'s keys."""
+    def encoded(value: Any) -> str:
+        return json.dumps(value, ensure_ascii=False)
+
+    buffer = [encoded(head)[:-1] + (", " if head else "") + f"{encoded(key)}: ["]
+    size = 0
+    first = True
+    for item in items:
+        text = encoded(item)
+        buffer.append(("\n" if first else ",\n") + text)
+        first = False
+        size += len(text)
+        if size > STREAM_CHUNK:
+            write("".join(buffer))
+            buffer, size = [], 0
+    buffer.append("\n]" if not first else "]")
+    buffer.append(", " + encoded(tail)[1:] if tail else "}")
+    write("".join(buffer) + "\n")
 
 
 def write(text: str) -> None:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import signal
 from collections import Counter
+from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
@@ -41,22 +42,18 @@ OUTPUT_INDENT = "    "
 def status_screen(report: Status, place: str, schema: str, *, terminal: bool) -> Screen:
     """Worst first: what is stale, failed or overdue heads the table."""
     screen = Screen(header("status", place, schema, report.now))
-    if not report.jobs:
+    if not report.jobs and not report.unlisted:
         screen.parts.append("no job has run here yet")
         return screen
-    grid = Grid(STATUS_HEADERS, styled_column=1, optional=STATUS_OPTIONAL, whole="JOB")
-    for job in sorted(report.jobs, key=lambda j: (SEVERITY[j.state], j.name)):
-        label, style = STATE_LOOK[job.state]
-        grid.add(status_cells(job, label if terminal else str(job.state)), style)
-    screen.parts.append(grid)
-    tally = Counter(job.state for job in report.jobs)
-    jobs = f"{len(report.jobs)} job" + ("s" if len(report.jobs) > 1 else "")
-    line = f"\n{jobs}: " + ", ".join(f"{tally[state]} {state}" for state in State if tally[state])
-    # A failed or stale job can be overdue too: its state shows the worse.
-    overdue = sum(job.overdue for job in report.jobs)
-    if overdue > tally[State.OVERDUE]:
-        line += f" ({overdue} overdue in all)"
-    screen.parts.append(line)
+    if report.jobs:
+        grid = Grid(STATUS_HEADERS, styled_column=1, optional=STATUS_OPTIONAL, whole="JOB")
+        for job in sorted(report.jobs, key=lambda j: (SEVERITY[j.state], j.name)):
+            label, style = STATE_LOOK[job.state]
+            grid.add(status_cells(job, label if terminal else str(job.state)), style)
+        screen.parts.append(grid)
+    else:
+        screen.parts.append("no job is running, held, paused or in trouble")
+    screen.parts.append("\n" + tally_line(report))
     screen.parts.extend(pause_lines(report.jobs))
     screen.parts.extend(dead_lines(report.jobs))
     if report.job is not None and report.jobs[0].schedule is not None:
@@ -68,6 +65,22 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
         screen.parts.append("\noperator actions:")
         screen.parts.extend(action_line(action) for action in report.actions)
     return screen
+
+
+def tally_line(report: Status) -> str:
+    """`10000 jobs: 3 failed, 10 running, 9987 idle (not listed: --all lists every job)`."""
+    tally = Counter(job.state for job in report.jobs)
+    tally[State.IDLE] += report.unlisted
+    total = len(report.jobs) + report.unlisted
+    line = f"{total} job" + ("s" if total > 1 else "") + ": " + ", ".join(
+        f"{tally[state]} {state}" for state in State if tally[state])
+    # A failed or stale job can be overdue too: its state shows the worse.
+    overdue = sum(job.overdue for job in report.jobs)
+    if overdue > tally[State.OVERDUE]:
+        line += f" ({overdue} overdue in all)"
+    if report.unlisted:
+        line += f"; the {report.unlisted} idle not listed (--all lists every job)"
+    return line
 
 
 def pause_lines(jobs: list[Job]) -> list[str]:
@@ -182,13 +195,21 @@ def schedule_line(job: Job) -> str:
 
 
 def status_json(report: Status, place: str, schema: str) -> dict[str, Any]:
-    document: dict[str, Any] = {"database": place, "schema": schema, "now": iso(report.now),
-                                "jobs": [job_json(job) for job in report.jobs]}
+    head, key, items, tail = status_json_parts(report, place, schema)
+    return {**head, key: list(items), **tail}
+
+
+def status_json_parts(report: Status, place: str, schema: str,
+                      ) -> tuple[dict[str, Any], str, Iterator[dict[str, Any]], dict[str, Any]]:
+    """status --json as render.stream_json writes it: the head, the jobs (made as they
+    are written), and what follows them (with --job: its recent runs and actions)."""
+    head = {"database": place, "schema": schema, "now": iso(report.now)}
+    tail: dict[str, Any] = {}
     if len(report.jobs) == 1 and report.runs:
-        document["recent_runs"] = [run_json(run) for run in report.runs]
+        tail["recent_runs"] = [run_json(run) for run in report.runs]
     if report.job is not None:
-        document["actions"] = [action_json(action) for action in report.actions]
-    return document
+        tail["actions"] = [action_json(action) for action in report.actions]
+    return head, "jobs", (job_json(job) for job in report.jobs), tail
 
 
 def job_json(job: Job) -> dict[str, Any]:

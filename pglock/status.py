@@ -31,11 +31,15 @@ class Status:
     job: str | None = None
     # With --job: the operators' recent actions on it (and on every job).
     actions: list[history.Action] = field(default_factory=list)
+    # Idle jobs left out of `jobs` (the default view of a large fleet).
+    unlisted: int = 0
 
 
-def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None) -> Status:
-    """All jobs' status, or one job's with its recent runs (UnknownJob if never seen)."""
-    snapshot = jobs.read(conn, schema_name, job)
+def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None, *,
+         everything: bool = True) -> Status:
+    """All jobs' status, or one job's with its recent runs (UnknownJob if never seen);
+    everything=False leaves out the idle jobs of a large fleet (counted in `unlisted`)."""
+    snapshot = jobs.read(conn, schema_name, job, everything=everything or job is not None)
     if job is not None and not snapshot.jobs:
         raise UnknownJob(f"no job named {job!r} has run here (schema {schema_name!r})")
     runs: list[history.RunRow] = []
@@ -45,7 +49,7 @@ def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None
             filters = history.Filters(job=job, limit=RECENT_RUNS)
             runs = history.recent(conn, schema_name, filters)
             actions = history.actions(conn, schema_name, filters)
-    return Status(snapshot.now, snapshot.jobs, runs, job, actions)
+    return Status(snapshot.now, snapshot.jobs, runs, job, actions, snapshot.unlisted)
 
 
 def one(conn: psycopg.Connection[Any], schema_name: str, job: str) -> Job | None:

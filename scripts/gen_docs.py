@@ -132,7 +132,60 @@ def generated() -> dict[Path, str]:
         body = rest if first else script
         files[ROOT / "completions" / f"pglock.{shell}"] = f"{first}# {HEADER}\n{body}\n"
     files[ROOT / "README.md"] = readme((ROOT / "README.md").read_text())
+    files[ROOT / "pglock" / "run_flags.py"] = run_flags(group.commands["run"])
     return files
+
+
+def _plain(value: object) -> object:
+    """An int default as an int (ExitStatus.CONFLICT is an IntEnum)."""
+    return int(value) if isinstance(value, int) and not isinstance(value, bool) else value
+
+
+def run_flags(command: _click.Command) -> str:
+    """pglock/run_flags.py: run's options as typer declares them, for runline.py."""
+    flags: dict[str, tuple[str, str | bool]] = {}
+    kinds: dict[str, str | bool] = {}
+    environment: dict[str, str] = {}
+    defaults: dict[str, object] = {}
+    callbacks: list[str] = []
+    argument = None
+    for param in command.params:
+        assert param.name is not None
+        if not isinstance(param, TyperOption):
+            assert param.nargs == -1 and argument is None, "runline knows one argument: COMMAND"
+            argument = param.name
+            continue
+        assert not param.multiple and param.nargs == 1, f"runline cannot parse {param.name}"
+        if param.is_flag:
+            assert param.type.name == "boolean", f"runline cannot parse {param.name}"
+            flags.update({name: (param.name, True) for name in param.opts})
+            flags.update({name: (param.name, False) for name in param.secondary_opts})
+            kinds[param.name] = True
+        else:
+            kind = {"text": "text", "str": "text", "integer": "int", "int": "int"}[param.type.name]
+            flags.update({name: (param.name, kind) for name in param.opts})
+            kinds[param.name] = kind
+        if param.envvar:
+            assert isinstance(param.envvar, str)
+            environment[param.name] = param.envvar
+        defaults[param.name] = param.default
+        if param.callback is not None:
+            callbacks.append(param.name)
+    lines = ['"""`pglock run`\'s options as typer declares them (cli.run), read by runline.py:',
+             f'{HEADER}."""', "", "from typing import Any", "",
+             "# Each option's spelling: (parameter, kind): 'text' or 'int' take a value (next",
+             "# argument or =VALUE); True or False, a flag setting its parameter so.",
+             "FLAGS: dict[str, tuple[str, str | bool]] = {"]
+    lines += [f"    {name!r}: {spec!r}," for name, spec in flags.items()]
+    lines += ["}", "KINDS: dict[str, str | bool] = {"]
+    lines += [f"    {name!r}: {kind!r}," for name, kind in kinds.items()]
+    lines += ["}", "# Read when the option is not given.", "ENVIRONMENT: dict[str, str] = {"]
+    lines += [f"    {name!r}: {variable!r}," for name, variable in environment.items()]
+    lines += ["}", "DEFAULTS: dict[str, Any] = {"]
+    lines += [f"    {name!r}: {_plain(value)!r}," for name, value in defaults.items()]
+    lines += ["}", "# Parameters whose callback typer runs (runline must know each one).",
+              f"CALLBACKS = {tuple(callbacks)!r}", f"ARGUMENT = {argument!r}", ""]
+    return "\n".join(lines)
 
 
 def exit_table() -> list[str]:
@@ -167,7 +220,7 @@ def main() -> int:
     stale = [path for path, text in files.items()
              if not path.exists() or path.read_text() != text]
     known = {p for d in ("man", "completions") for p in (ROOT / d).glob("pglock*")}
-    known.add(ROOT / "README.md")
+    known.update({ROOT / "README.md", ROOT / "pglock" / "run_flags.py"})
     extra = sorted(known - files.keys())
     if check:
         for path in [*stale, *extra]:

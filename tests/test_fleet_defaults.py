@@ -3,6 +3,7 @@ and a lock lost before its release is told as lost."""
 
 from __future__ import annotations
 
+import fcntl
 import os
 import subprocess
 import time
@@ -134,6 +135,8 @@ def test_the_watchdog_sends_no_second_sigterm_while_pglock_is_healthy(
 
 def _no_database_env(tmp_path: Path, **extra: str) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith(("PGLOCK_", "PG"))}
+    # Stopped with its last user unless a test asks for a linger: no server left behind.
+    env["PGLOCK_EMBEDDED_LINGER"] = "0"
     return {**env, "XDG_DATA_HOME": str(tmp_path / "data"),
             "XDG_CONFIG_HOME": str(tmp_path / "config"), **extra}
 
@@ -164,14 +167,19 @@ def test_a_fleet_can_forbid_the_embedded_fallback(tmp_path: Path, setting: dict[
 
 @pytest.mark.parametrize(("setting", "complaint"), [
     ({"PGLOCK_EMBEDDED": "maybe"}, "PGLOCK_EMBEDDED: 'maybe' is not 0 or 1"),
-    ({"PGLOCK_CONFIG": "file"}, "embedded must be true or false"),
+    ({"PGLOCK_CONFIG": 'embedded = "no"'}, "embedded must be true or false"),
+    ({"PGLOCK_EMBEDDED_LINGER": "soon"}, "PGLOCK_EMBEDDED_LINGER: 'soon' is not a duration"),
+    ({"PGLOCK_EMBEDDED_LINGER": "8d"}, "PGLOCK_EMBEDDED_LINGER: 8d is out of range (0 to 7d)"),
+    ({"PGLOCK_CONFIG": "embedded_linger = 5"}, "embedded_linger must be a non-empty string"),
+    ({"PGLOCK_CONFIG": 'embedded_linger = "1y"'}, "embedded_linger: '1y' is not a duration"),
 ])
 def test_bad_embedded_settings_are_one_line(tmp_path: Path, setting: dict[str, str],
                                             complaint: str) -> None:
-    config = tmp_path / "config.toml"
-    config.write_text('embedded = "no"\n')
     if "PGLOCK_CONFIG" in setting:
-        setting = {"PGLOCK_CONFIG": str(config)}
+        config = tmp_path / "config.toml"
+        config.write_text(setting["PGLOCK_CONFIG"] + "\n")
+        # An empty variable is unset: the file's value counts.
+        setting = {"PGLOCK_CONFIG": str(config), "PGLOCK_EMBEDDED_LINGER": ""}
     result = _run(_no_database_env(tmp_path, **setting), "run", "--job", "x", "--", "true")
     assert result.returncode == 125
     assert complaint in one_line(result.stderr)
@@ -179,7 +187,7 @@ def test_bad_embedded_settings_are_one_line(tmp_path: Path, setting: dict[str, s
 
 @pytest.mark.slow
 def test_the_first_use_of_the_embedded_server_is_said_once(tmp_path: Path) -> None:
-    env = _no_database_env(tmp_path)
+    env = _no_database_env(tmp_path, PGLOCK_EMBEDDED_LINGER="0")
     first = _run(env, "run", "--job", "hello", "--", "echo", "hello")
     assert (first.returncode, first.stdout) == (0, "hello\n")
     line = one_line(first.stderr)
@@ -187,6 +195,50 @@ def test_the_first_use_of_the_embedded_server_is_said_once(tmp_path: Path) -> No
                     f"{tmp_path / 'data' / 'pglock'}; set PGLOCK_DSN for a fleet")
     second = _run(env, "run", "--job", "hello", "--rerun", "--", "echo", "hello")
     assert (second.returncode, second.stdout, second.stderr) == (0, "hello\n", "")
+    # A linger of 0: stopped with its last user.
+    assert _postmaster(tmp_path / "data" / "pglock") is None
+
+
+def _postmaster(data_dir: Path) -> int | None:
+    """The embedded server's live postmaster pid, or None."""
+    try:
+        pid = int((data_dir / "pgdata" / "postmaster.pid").read_text().split("\n")[0])
+        os.kill(pid, 0)
+    except (FileNotFoundError, ProcessLookupError, ValueError):
+        return None
+    return pid
+
+
+def _reaper_waiting(data_dir: Path) -> bool:
+    """Whether a reaper holds reaper.lock (it does for as long as it lives)."""
+    fd = os.open(data_dir / "reaper.lock", os.O_RDWR | os.O_CREAT, 0o600)
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        return False
+    except BlockingIOError:
+        return True
+    finally:
+        os.close(fd)
+
+
+@pytest.mark.slow  # waits for the linger to run out
+def test_the_embedded_server_lingers_warm_then_its_reaper_stops_it(tmp_path: Path) -> None:
+    data_dir = tmp_path / "data" / "pglock"
+    env = _no_database_env(tmp_path, PGLOCK_EMBEDDED_LINGER="3s")
+    try:
+        assert _run(env, "run", "--job", "warm", "--min-hold", "0", "--", "true").returncode == 0
+        server = _postmaster(data_dir)
+        assert server is not None and _reaper_waiting(data_dir)
+        # The next run finds it up: the same postmaster, and still one reaper.
+        assert _run(env, "run", "--job", "warm", "--min-hold", "0", "--", "true").returncode == 0
+        assert _postmaster(data_dir) == server and _reaper_waiting(data_dir)
+        # Then nobody comes: the reaper stops it after the linger, and is gone itself.
+        deadline = time.monotonic() + 30
+        while _postmaster(data_dir) is not None or _reaper_waiting(data_dir):
+            assert time.monotonic() < deadline, "the reaper did not stop the server"
+            time.sleep(0.1)
+    finally:
+        EmbeddedServer(data_dir).stop()
 
 
 def test_cron_tz_sets_the_zone_of_the_slot(env: Env) -> None:

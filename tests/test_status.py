@@ -224,3 +224,32 @@ def test_status_imports_croniter_only_for_a_job_that_is_not_on_time(env: Env) ->
     run_yearly(env, "late")
     last_ran_years_ago(env, "late", 1)
     assert "croniter" in imports()
+
+
+def test_a_large_fleet_lists_what_needs_a_look_and_counts_the_idle_rest(env: Env) -> None:
+    assert env.run("run", "--job", "broken", "--", "false").returncode == 1
+    assert env.run("run", "--job", "fine", "--min-hold", "0", "--", "true").returncode == 0
+    # 60 more jobs that ran and succeeded, as a fleet's many quiet ones.
+    env.query("INSERT INTO {schema}.jobs (job, mode, last_outcome, last_finished_run_id)"
+              " SELECT 'quiet-' || n, 'lease', 'succeeded', n FROM generate_series(1, 60) n")
+    with holding(env, "busy", "--min-hold", "0"):
+        screen = plain(env, "status")
+        listed = [line.split()[0] for line in screen.splitlines()[3:] if line.strip()]
+        assert listed[:2] == ["broken", "busy"], screen
+        assert "fine" not in listed and not any(n.startswith("quiet-") for n in listed)
+        assert ("63 jobs: 1 failed, 1 running, 61 idle; the 61 idle not listed"
+                " (--all lists every job)") in screen
+        everything = plain(env, "status", "--all")
+        assert row_of(everything, "fine")[1] == "idle" and row_of(everything, "quiet-7")
+        assert "63 jobs: 1 failed, 1 running, 61 idle" in everything
+        assert "not listed" not in everything
+        # JSON is always complete, and one document.
+        document = pglock_json(env, "status")
+        assert len(document["jobs"]) == 63 and document["schema"] == env.schema
+        assert {j["job"]: j["state"] for j in document["jobs"]}["busy"] == "running"
+    # Once nothing needs a look: no table, the count alone.
+    env.query("DELETE FROM {schema}.jobs WHERE job IN ('broken', 'busy')")
+    env.query("DELETE FROM {schema}.locks")
+    screen = plain(env, "status")
+    assert "no job is running, held, paused or in trouble" in screen
+    assert "61 jobs: 61 idle; the 61 idle not listed (--all lists every job)" in screen

@@ -111,15 +111,14 @@ def test_the_row_factory_builds_a_job_from_named_columns() -> None:
         "schedule": None, "timezone": None, "grace": None, "last_slot": None,
         "next_slot": None, "paused_at": None, "paused_by": None, "pause_reason": None,
         "paused_until": None, "paused_everywhere": None, "last_attempt": 2,
-        "attempt_limit": 3, "dead_slot": None, "dead_attempts": None, "dead_error": None}
-    now, built = jobs._from_row(**row)
-    assert now == NOW and built is not None
+        "attempt_limit": 3, "dead_slot": None, "dead_attempts": None, "dead_error": None,
+        "unlisted": None, "listed": True}
+    assert set(row) == set(jobs.COLUMNS)
+    built = jobs._from_row(NOW, tuple(row[name] for name in jobs.COLUMNS))
     assert (built.name, built.state, built.problems) == ("sync", State.RUNNING, (P.FAILED,))
     assert built.lock is not None and built.lock.fencing_token == 3
     assert built.last_run == jobs.LastRun(8, "failed", 2, NOW, 1.5)
     assert built.counts == {"failed": 1}
-    # The clock's row when there are no jobs at all.
-    assert jobs._from_row(now=NOW, name=None, lock_mode=None) == (NOW, None)
 
 
 def test_a_dead_slot_comes_from_its_columns_and_a_pause_hides_it() -> None:
