@@ -95,14 +95,12 @@ def connected(dsn: str | None, schema: str | None, connect_timeout: str,
         yield conn, place, name
 
 
-# Read from the environment, these apply only with --schedule (runline.start).
-_SCHEDULE_ONLY = ("tz", "deadline", "grace")
-
-
-def _from_environment(ctx: typer.Context, name: str) -> bool:
+def _sourced(ctx: typer.Context, source: str) -> set[str]:
+    """The parameters whose value came from `source` (ENVIRONMENT, DEFAULT)."""
     from typer._click.core import ParameterSource
 
-    return ctx.get_parameter_source(name) is ParameterSource.ENVIRONMENT
+    wanted = ParameterSource[source]
+    return {name for name in ctx.params if ctx.get_parameter_source(name) is wanted}
 
 
 
@@ -211,8 +209,7 @@ def run(
     from pglock import runline
 
     values = {name: value for name, value in locals().items() if name not in ("ctx", "runline")}
-    return runline.start(values, {name for name in _SCHEDULE_ONLY
-                                  if _from_environment(ctx, name)})
+    return runline.start(values, _sourced(ctx, "ENVIRONMENT"), _sourced(ctx, "DEFAULT"))
 
 
 @app.command()
@@ -264,7 +261,7 @@ def full_app() -> typer.Typer:
 
     # In this order, the order of `pglock --help`: the on-call commands before monitoring.
     for module in ("pglock.cli_operator", "pglock.cli_control", "pglock.cli_monitor",
-                   "pglock.cli_doctor"):
+                   "pglock.cli_jobs", "pglock.cli_doctor"):
         importlib.import_module(module)
     return app
 

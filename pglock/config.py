@@ -14,8 +14,9 @@ _LIBPQ_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGSERVICE", "PGDATABASE")
 DEFAULT_SCHEMA = "pglock"
 # The keys a config file may hold, and their type. An unknown key is an error: a typo'd
 # `dsn` would otherwise send the fleet to the embedded, this-host-only server.
+# `jobs` holds a table per job (`[jobs.NAME]`), checked by jobsfile.py when a job is run.
 CONFIG_KEYS: dict[str, type] = {"dsn": str, "schema": str, "embedded": bool,
-                                 "embedded_linger": str}
+                                 "embedded_linger": str, "jobs": dict}
 
 
 @dataclass(frozen=True)
@@ -76,7 +77,11 @@ def _check_keys(path: Path, values: dict[str, object]) -> None:
         if expected is None:
             raise ConfigError(f"config file {shown(str(path))}: unknown key {shown(key)!r} "
                               f"(known: {', '.join(CONFIG_KEYS)})")
-        if expected is bool:
+        if expected is dict:
+            if not isinstance(value, dict):
+                raise ConfigError(f"config file {shown(str(path))}: {key} must be tables, one "
+                                  "per job ([jobs.NAME])")
+        elif expected is bool:
             if not isinstance(value, bool):
                 raise ConfigError(f"config file {shown(str(path))}: {key} must be true or false")
         elif not isinstance(value, expected) or not value:

@@ -104,6 +104,16 @@ SELECT holder FROM {schema}.locks
 WHERE job = %(job)s AND expires_at > clock_timestamp()
 """
 
+# Whether a claim (holder id and fencing token, as a nested `pglock run` inherits them)
+# still holds the job's lock: not released, cleared or expired. What a reentrant run
+# checks before running its command under that lock.
+HELD_BY = """
+SELECT EXISTS (SELECT 1 FROM {schema}.locks
+               WHERE job = %(job)s AND holder_id = %(holder_id)s
+                 AND fencing_token = %(fencing_token)s AND cleared_at IS NULL
+                 AND released_at IS NULL AND expires_at > clock_timestamp())
+"""
+
 RELEASE = """
 WITH durable AS (SELECT set_config('synchronous_commit', 'on', true))
 UPDATE {schema}.locks
@@ -212,3 +222,11 @@ def holder_of(conn: psycopg.Connection[Any], lease: Claim) -> str | None:
     """Who holds the job's lock now (None: nobody, it has just been let go)."""
     row = conn.execute(query(HOLDER, lease.schema), lease.params()).fetchone()
     return None if row is None else str(row[0])
+
+
+def held_by(conn: psycopg.Connection[Any], schema: str, job: str, holder_id: str,
+            fencing_token: int) -> bool:
+    """Whether the holder with this id and token holds the job's lock now."""
+    row = conn.execute(query(HELD_BY, schema), {
+        "job": job, "holder_id": holder_id, "fencing_token": fencing_token}).fetchone()
+    return row is not None and bool(row[0])

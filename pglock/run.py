@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from pglock import advisory, clock, database, lease, ledger, output, retry, schema
+from pglock import advisory, clock, database, lease, ledger, output, reentrant, retry, schema
 from pglock.child import CannotStart, Child
 from pglock.config import check_job, check_text, normalized_job, shown
 from pglock.database import Reconnecting
@@ -321,6 +321,9 @@ COMMAND_VARIABLES = {
     "PGLOCK_FENCING_TOKEN": "the lock's fencing token, higher at every acquisition: "
                             "compare it where the command writes",
     "PGLOCK_HOLDER": "the holder's name (--holder, default the host name)",
+    "PGLOCK_HOLDER_ID": "this run's random holder id, a secret of the run's processes (in "
+                        "their environment only, never shown): a nested pglock run of the "
+                        "same job proves with it that it runs under this lock",
     "PGLOCK_SLOT": "with --schedule: the slot this run is for (ISO 8601)",
     "PGLOCK_ATTEMPT": "the attempt (1-based; with --retries, and with --schedule counted over "
                       "every host's attempts at the slot): with PGLOCK_SLOT, an idempotency key",
@@ -333,7 +336,7 @@ def command_environment(options: RunOptions, claim: lease.Claim, run_id: int,
     env = dict(os.environ)
     env.update(PGLOCK_JOB=options.job, PGLOCK_RUN_ID=str(run_id),
                PGLOCK_FENCING_TOKEN=str(claim.fencing_token), PGLOCK_HOLDER=options.holder,
-               PGLOCK_ATTEMPT=str(attempt))
+               PGLOCK_HOLDER_ID=claim.holder_id, PGLOCK_ATTEMPT=str(attempt))
     if claim.slot is not None:
         env["PGLOCK_SLOT"] = claim.slot.isoformat()
     return env
@@ -341,6 +344,9 @@ def command_environment(options: RunOptions, claim: lease.Claim, run_id: int,
 
 def execute(options: RunOptions, conninfo: str) -> int:
     """Run the command under the job's lock; pglock's exit code."""
+    nested = reentrant.inherited(options.job, os.environ)
+    if nested is not None:
+        return _reentrant(options, conninfo, nested)
     started = clock.now()
     scheduled, start_by = plan_slot(options)
     gate = SignalGate()
@@ -371,6 +377,24 @@ def execute(options: RunOptions, conninfo: str) -> int:
     finally:
         session.close()
         notifier.close()
+
+
+def _reentrant(options: RunOptions, conninfo: str, nested: reentrant.Inherited) -> int:
+    """Inside the command of a run of the same job: its command under that run's lock if
+    the lock row confirms it is still held, else skipped (docs/jobs-file.md, Reentrant runs)."""
+    if not reentrant.confirmed(conninfo, options.schema, options.job, nested,
+                               options.connect_timeout):
+        log.debug("job %r: skipped: nested in a run of it whose lock is no longer held",
+                  options.job)
+        notifier = Notifier(options.notify, job=options.job, holder=options.holder)
+        try:
+            notifier.skipped("outer_lock_gone")
+        finally:
+            notifier.close()
+        return options.conflict_exit_code
+    log.debug("job %r: nested in the run holding its lock (fencing token %s): run under it",
+              options.job, nested.fencing_token)
+    return reentrant.run_directly(options.job, options.command, os.environ)
 
 
 def _start(session: Reconnecting, claim: lease.Claim, options: RunOptions, gate: SignalGate,

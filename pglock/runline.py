@@ -16,10 +16,13 @@ import re
 import socket
 import sys
 from collections.abc import Collection, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pglock import boundary, run_flags
 from pglock.durations import parse_duration, parse_size
+
+if TYPE_CHECKING:
+    from pglock.run import RunOptions
 
 _INTEGER = re.compile(r"\s*[+-]?\d+\s*")
 # Booleans from the environment as click reads them, the unambiguous spellings only.
@@ -42,8 +45,10 @@ def main(argv: list[str] | None = None) -> int:
 
         return cli.main(argv)
     values, from_environment = parsed
+    given = _options(args[1:])
+    defaulted = set(run_flags.DEFAULTS) - from_environment - set(given[0] if given else ())
     boundary.reset()
-    code = boundary.guarded(lambda: start(values, from_environment), args, False)
+    code = boundary.guarded(lambda: start(values, from_environment, defaulted), args, False)
     if argv is not None:
         return code
     sys.exit(code)
@@ -152,23 +157,56 @@ STARTED_FROM = frozenset((
     "connect_timeout", "verbose", "quiet", "retries", "retry_delay"))
 
 
-def start(values: dict[str, Any], from_environment: Collection[str]) -> int:
+def start(values: dict[str, Any], from_environment: Collection[str],
+          defaulted: Collection[str] = ()) -> int:
     """Run with run's parameters (typer's or this parser's): validated before the
-    database, or the embedded server this joins, is touched."""
+    database, or the embedded server this joins, is touched. `defaulted` names the
+    parameters neither the command line nor the environment gave: the job's table in the
+    jobs file fills those (docs/jobs-file.md)."""
     boundary.configure_output(values["verbose"], values["quiet"])
     if unused := set(values) - STARTED_FROM:
         # An option added to cli.run but not passed on here would be dropped silently.
         raise AssertionError(f"runline.start does not pass on {sorted(unused)}")
     from pglock import config, database
-    from pglock.notify import NotifyOptions
-    from pglock.run import RunOptions, execute
+    from pglock.run import execute
 
-    v = values
+    v = resolved(values, from_environment, defaulted)
+    boundary.configure_output(v["verbose"], v["quiet"])
+    options = run_options(v)
+    with database.opened(config.resolve_target(v["dsn"])) as conninfo:
+        return execute(options, conninfo)
+
+
+def resolved(values: Mapping[str, Any], from_environment: Collection[str],
+             defaulted: Collection[str]) -> dict[str, Any]:
+    """run's parameters in their order of precedence: the command line, PGLOCK_*
+    variables, the job's table in the jobs file (its command when none follows the
+    options), the defaults."""
+    v = dict(values)
+    if v["job"]:
+        from pglock import jobsfile
+
+        job = jobsfile.configured(v["job"])
+        for param, value in ({} if job is None else job.values).items():
+            if param == "command":
+                if not v["command"]:
+                    v["command"] = list(value)
+            elif param in defaulted:
+                v[param] = value
     if v["schedule"] is None:
         for name in SCHEDULE_ONLY:
             if name in from_environment:
                 v[name] = None
-    options = RunOptions(
+    return v
+
+
+def run_options(v: Mapping[str, Any]) -> RunOptions:
+    """run's parameters checked and converted, as RunOptions (UsageError: the bad one)."""
+    from pglock import config
+    from pglock.notify import NotifyOptions
+    from pglock.run import RunOptions
+
+    return RunOptions(
         job=v["job"], command=v["command"] or [], schema=config.configured_schema(v["schema"]),
         mode=v["mode"],
         ttl=parse_duration(v["ttl"], option="--ttl"),
@@ -191,8 +229,6 @@ def start(values: dict[str, Any], from_environment: Collection[str]) -> int:
             on_recovery=v["on_recovery"],
             hook_timeout=parse_duration(v["hook_timeout"], option="--hook-timeout"),
             ping_url=v["ping_url"], event_log=v["event_log"]))
-    with database.opened(config.resolve_target(v["dsn"])) as conninfo:
-        return execute(options, conninfo)
 
 
 def _optional_duration(text: str | None, option: str) -> float | None:

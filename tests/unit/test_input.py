@@ -30,7 +30,9 @@ def one_line(stderr: str) -> str:
     ("dsn = 5\n", "dsn must be a non-empty string"),
     ("dsn = ''\n", "dsn must be a non-empty string"),
     ("schema = ['a']\n", "schema must be a non-empty string"),
-    ("dsm = 'host=db'\n", "unknown key 'dsm' (known: dsn, schema, embedded, embedded_linger)"),
+    ("dsm = 'host=db'\n",
+     "unknown key 'dsm' (known: dsn, schema, embedded, embedded_linger, jobs)"),
+    ("jobs = 'x'\n", "jobs must be tables, one per job ([jobs.NAME])"),
     ("[dsn]\nhost = 'db'\n", "dsn must be a non-empty string"),
 ])
 def test_every_config_key_is_checked(tmp_path: Path, content: str, mentions: str) -> None:
