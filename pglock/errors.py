@@ -9,7 +9,7 @@ import errno
 RUN = frozenset({"run"})
 REPORTS = frozenset({"status", "history", "clear", "prune", "pause", "stop", "forget"})
 EVERY = frozenset({"run", "init", "status", "history", "clear", "prune", "metrics", "pause",
-                   "resume", "stop", "forget"})
+                   "resume", "stop", "forget", "crontab", "jobs"})
 
 
 class ExitStatus(enum.IntEnum):
@@ -32,11 +32,12 @@ class ExitStatus(enum.IntEnum):
                   "hands meanwhile; stop found nothing running, or its holder did not react "
                   "within its ttl (stop --wait); forget found the job running",
                REPORTS)
-    USAGE = (2, "usage error: bad option, duration, size or job name; no command given",
-             EVERY)
+    USAGE = (2, "usage error: bad option, duration, size or job name; no command given; a "
+                "bad [jobs.NAME] table in the config file", EVERY)
     CONFLICT = (75, "not run: the lock is held elsewhere (or in the hold of a run that just "
-                    "ended), the slot already ran, the job is paused, or past --deadline "
-                    "(see --conflict-exit-code)", RUN)
+                    "ended), the slot already ran, the job is paused, past --deadline, or a run "
+                    "nested in a run of its job whose lock is gone (see --conflict-exit-code)",
+                RUN)
     TIMED_OUT = (124, "the command was stopped by --max-runtime, as timeout(1) does", RUN)
     INTERNAL = (125, "pglock itself failed: database unreachable, a schema it cannot use, "
                      "bad configuration, lock lost (or found cleared or taken over when "

@@ -311,3 +311,15 @@ def test_what_jobs_notes(tmp_path: Path) -> None:
     assert configured.compare(wanted[1:2], moved)[0].notes == (
         "schedule differs: the file has '30 2 * * *' (Europe/Berlin), hosts last reported "
         "'30 2 * * *' (UTC)",)
+
+
+def test_the_documented_file_gives_the_documented_crontab() -> None:
+    import tomllib
+
+    text = (Path(__file__).parents[2] / "docs" / "jobs-file.md").read_text()
+    toml = text.split("```toml\n", 1)[1].split("```", 1)[0]
+    documented = text.split("```crontab\n", 1)[1].split("```", 1)[0]
+    path = Path("/etc/pglock/config.toml")
+    jobs = [jobsfile.checked(path, name, table)
+            for name, table in jobsfile.tables(path, tomllib.loads(toml)).values()]
+    assert crontab.fragment(path, jobs, "/usr/local/bin/pglock", "app") == documented
