@@ -111,7 +111,8 @@ def run(
     ctx: typer.Context,
     command: Annotated[list[str] | None, typer.Argument(
         metavar="-- COMMAND [ARG]...", show_default=False,
-        help="The command to run, executed directly (no shell).")] = None,
+        help="The command to run, executed directly (no shell) [default: the command of "
+             "the job's [jobs.NAME] table in the config file].")] = None,
     job: Job = "",
     mode: Annotated[str, typer.Option(envvar="PGLOCK_MODE", metavar="lease|advisory",
         help="Expiring row lock, or PostgreSQL session advisory lock (not through a "
@@ -204,6 +205,9 @@ def run(
 ) -> int:
     """Run COMMAND if this host gets the job's lock; skip silently (exit 75) if not.
 
+    A [jobs.NAME] table in the config file gives the job's command and options; the
+    command line, then PGLOCK_* variables, come before it (docs/jobs-file.md).
+
     Example: pglock run --job sync-invoices -- /opt/app/bin/sync-invoices
     """
     from pglock import runline
@@ -293,7 +297,7 @@ def _name(info: typer.models.CommandInfo) -> str:
 
 
 USAGE = ("usage: pglock COMMAND [OPTIONS] (run, init, status, history, clear, prune, check, "
-         "metrics); see 'pglock --help'")
+         "metrics, crontab, jobs); see 'pglock --help'")
 
 
 def _undecodable_argument(command: typer.core.TyperCommand | typer.core.TyperGroup,

@@ -56,8 +56,8 @@ def notes(configured: ConfiguredJob | None, known: Job | None) -> tuple[str, ...
     zone_differs = configured.tz is not None and recorded is not None and \
         configured.tz != known.timezone
     if wanted != recorded or zone_differs:
-        return (f"schedule differs: the file has {_shown_schedule(wanted, configured.tz)}, "
-                f"hosts last reported {_shown_schedule(recorded, known.timezone)}",)
+        return (f"schedule differs: file {_shown_schedule(wanted, configured.tz)}, "
+                f"hosts ran {_shown_schedule(recorded, known.timezone)}",)
     return ()
 
 

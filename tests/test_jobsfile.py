@@ -215,8 +215,8 @@ def test_jobs_shows_the_file_next_to_the_database(env: Env) -> None:
     notes = {job["job"]: job["notes"] for job in json.loads(result.stdout)["jobs"]}
     assert notes == {
         "sync-invoices": ["never run"],
-        "nightly-report": ["schedule differs: the file has '*/5 * * * *' (Europe/Berlin), "
-                           "hosts last reported '*/10 * * * *' (Europe/Berlin)"],
+        "nightly-report": ["schedule differs: file '*/5 * * * *' (Europe/Berlin), "
+                           "hosts ran '*/10 * * * *' (Europe/Berlin)"],
         "reindex": [],
         "old-cleanup": ["not in the jobs file"]}
     text = env.run("jobs").stdout

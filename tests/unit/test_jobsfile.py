@@ -301,15 +301,15 @@ def test_what_jobs_notes(tmp_path: Path) -> None:
         jobfactory.job("old-cleanup", last_run=jobfactory.last())]
     listed = configured.compare(wanted, known)
     assert [(item.name, item.notes) for item in listed] == [
-        ("sync-invoices", ("schedule differs: the file has '*/5 * * * *', hosts last "
-                           "reported '*/10 * * * *' (UTC)",)),
+        ("sync-invoices", ("schedule differs: file '*/5 * * * *', hosts ran "
+                           "'*/10 * * * *' (UTC)",)),
         ("nightly-report", ()),
         ("reindex", ("never run",)),
         ("old-cleanup", ("not in the jobs file",))]
     moved = [jobfactory.job("nightly-report", last_run=jobfactory.last(),
                             schedule="30 2 * * *", timezone="UTC")]
     assert configured.compare(wanted[1:2], moved)[0].notes == (
-        "schedule differs: the file has '30 2 * * *' (Europe/Berlin), hosts last reported "
+        "schedule differs: file '30 2 * * *' (Europe/Berlin), hosts ran "
         "'30 2 * * *' (UTC)",)
 
 
