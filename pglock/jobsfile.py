@@ -134,6 +134,15 @@ def configured(job: str) -> ConfiguredJob | None:
     return None if entry is None else checked(path, *entry)
 
 
+def refuse_without_command(job: str) -> None:
+    """No command given for a job the file has no table for: say so, naming the file, when
+    it has tables for other jobs (a typo'd --job, or the wrong host's file)."""
+    path, values = read_config_file()
+    if path is not None and tables(path, values):
+        raise UsageError(f"no command given, and config file {shown(str(path))} has no "
+                         f"{table_name(job)} table: pglock run --job NAME -- COMMAND [ARG...]")
+
+
 def every_job() -> tuple[Path | None, list[ConfiguredJob]]:
     """Every job table of the config file, checked, in the file's order."""
     path, values = read_config_file()

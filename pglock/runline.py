@@ -187,6 +187,8 @@ def resolved(values: Mapping[str, Any], from_environment: Collection[str],
         from pglock import jobsfile
 
         job = jobsfile.configured(v["job"])
+        if job is None and not v["command"]:
+            jobsfile.refuse_without_command(v["job"])
         for param, value in ({} if job is None else job.values).items():
             if param == "command":
                 if not v["command"]:

@@ -135,6 +135,13 @@ def test_a_job_not_in_the_file_still_needs_a_command(tmp_path: Path) -> None:
     called = invoke("run", "--job", "other", env={"PGLOCK_CONFIG": str(path),
                                                   "PGLOCK_DSN": UNREACHABLE})
     assert (called.code, called.stderr) == (
+        2, f"pglock: no command given, and config file {path} has no [jobs.other] table: "
+           "pglock run --job NAME -- COMMAND [ARG...]\n")
+    # A file without job tables: as before.
+    path.write_text("embedded = true\n")
+    called = invoke("run", "--job", "other", env={"PGLOCK_CONFIG": str(path),
+                                                  "PGLOCK_DSN": UNREACHABLE})
+    assert (called.code, called.stderr) == (
         2, "pglock: no command given: pglock run --job NAME -- COMMAND [ARG...]\n")
 
 
