@@ -252,6 +252,34 @@ class Server:
         return int(row[0]) if row else 0
 
 
+STATEMENTS = """
+SELECT calls, total_plan_time / calls, total_exec_time / calls, wal_bytes / calls,
+       regexp_replace(left(query, 300), '\\s+', ' ', 'g')
+FROM pg_stat_statements
+WHERE query NOT LIKE '%%pg_stat%%' AND query NOT LIKE '%%pg_current_wal_lsn%%' AND calls > 0
+ORDER BY total_plan_time + total_exec_time DESC LIMIT %s
+"""
+
+STATEMENT_SETTINGS = {"shared_preload_libraries": "pg_stat_statements",
+                      "pg_stat_statements.track_planning": "on",
+                      "pg_stat_statements.track": "all"}
+
+
+def reset_statements(conninfo: str) -> None:
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute("CREATE EXTENSION IF NOT EXISTS pg_stat_statements")
+        conn.execute("SELECT pg_stat_statements_reset()")
+
+
+def statements(conninfo: str, count: int = 12) -> list[dict[str, Any]]:
+    """The statements that took the server's time: calls, mean planning and execution."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        rows = conn.execute(STATEMENTS, (count,)).fetchall()
+    return [{"calls": calls, "plan_ms": float(plan), "exec_ms": float(execute),
+             "wal_bytes": float(wal), "query": text[:110]}
+            for calls, plan, execute, wal, text in rows]
+
+
 def costs(before: Snapshot, after: Snapshot, count: int) -> dict[str, float | None]:
     """Per-operation cost over a measured stretch: server CPU, WAL, fsyncs, commits."""
     def each(a: float | None, b: float | None, scale: float = 1.0) -> float | None:
@@ -271,6 +299,14 @@ def costs(before: Snapshot, after: Snapshot, count: int) -> dict[str, float | No
 
 
 # --- The loads. ---
+
+
+def error_kinds(errors: Sequence[str]) -> dict[str, int]:
+    """Errors counted by their reason (the text after the last "failed: ")."""
+    kinds: dict[str, int] = defaultdict(int)
+    for error in errors:
+        kinds[error.rsplit("failed: ", 1)[-1][:80]] += 1
+    return dict(kinds)
 
 
 def percentile(values: Sequence[float], fraction: float) -> float:
@@ -308,13 +344,37 @@ def hold(contender: Contender, answered: float, seconds: float) -> Tenure:
     return Tenure(contender.options.job, contender.claim.fencing_token, answered, released)
 
 
+def occupy(server: Server, schema: str, names: Sequence[str], mode: str) -> list[Contender]:
+    """A running holder for each job."""
+    holders = []
+    for name in names:
+        holder = Contender(server.target, schema, name, "running-host", mode=mode)
+        if not holder.acquire():
+            raise RuntimeError(f"{name}: not acquired")
+        holder.start()
+        holders.append(holder)
+    return holders
+
+
+def vacate(holders: Sequence[Contender], since: float, until: float) -> list[Tenure]:
+    """End the holders' runs; their tenures."""
+    tenures = []
+    for holder in holders:
+        holder.end(until - since)
+        holder.close()
+        tenures.append(Tenure(holder.options.job, holder.claim.fencing_token or 0, since, until))
+    return tenures
+
+
 def acquisitions(server: Server, schema: str, *, workers: int, jobs: int, seconds: float,
-                 reuse: bool, mode: str = "lease") -> dict[str, Any]:
+                 reuse: bool, mode: str = "lease", held: bool = False) -> dict[str, Any]:
     """Runs as fast as `workers` threads can go, each a whole winner's or loser's round
-    (connect unless --reuse, version check, acquire; a winner's start, end and release)."""
+    (connect unless --reuse, version check, acquire; a winner's start, end and release).
+    With `held`, a running holder has every job first: every round is a loser's."""
+    names = [f"job-{n}" for n in range(jobs)]
+    holders = occupy(server, schema, names, mode) if held else []
     tally = Tally()
     stop_at = clock.now() + seconds
-    names = [f"job-{n}" for n in range(jobs)]
 
     def worker(index: int) -> None:
         session: Reconnecting | None = None
@@ -356,9 +416,10 @@ def acquisitions(server: Server, schema: str, *, workers: int, jobs: int, second
     for thread in threads:
         thread.join()
     after = server.snapshot()
+    tally.tenures += vacate(holders, before.wall, after.wall)
     result = costs(before, after, tally.wins + tally.losses)
     result.update(wins=tally.wins, losses=tally.losses, errors=len(tally.errors),
-                  first_errors=tally.errors[:3],
+                  first_errors=error_kinds(tally.errors),
                   acquire_p50_ms=1000 * percentile(tally.latencies, 0.5),
                   acquire_p99_ms=1000 * percentile(tally.latencies, 0.99),
                   overlaps=overlaps(tally.tenures),
@@ -495,7 +556,7 @@ def storm(server: Server, schema: str, *, hosts: int, jobs: int, jitter: float,
     result = costs(before, after, hosts * jobs)
     result.update(
         hosts=hosts, jobs=jobs, jitter_s=jitter, wins=tally.wins, losses=tally.losses,
-        errors=len(tally.errors), first_errors=tally.errors[:3],
+        errors=len(tally.errors), first_errors=error_kinds(tally.errors),
         peak_client_connections=peak_open, peak_server_backends=max(samples, default=0),
         acquire_p50_ms=1000 * percentile(tally.latencies, 0.5),
         acquire_p99_ms=1000 * percentile(tally.latencies, 0.99),
@@ -619,6 +680,11 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--command-seconds", type=float, default=1.0,
                         help="storm: how long each winner's command runs")
     parser.add_argument("--connect-timeout", type=float, default=10.0)
+    parser.add_argument("--held", action="store_true",
+                        help="acquire: a running holder has every job: every round loses")
+    parser.add_argument("--statements", action="store_true",
+                        help="per statement: calls, planning and execution time "
+                             "(pg_stat_statements; embedded server only)")
     parser.add_argument("--repeat", type=int, default=1, help="measure N times, print the spread")
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     return parser.parse_args(argv)
@@ -629,7 +695,7 @@ def measure(args: argparse.Namespace, server: Server) -> dict[str, Any]:
     if args.load == "acquire":
         return acquisitions(server, args.schema, workers=args.workers,
                             jobs=args.jobs or args.workers, seconds=args.seconds,
-                            reuse=args.reuse, mode=args.mode)
+                            reuse=args.reuse, mode=args.mode, held=args.held)
     if args.load == "renew":
         return renewals(server, args.schema, holders=args.holders, workers=args.workers,
                         seconds=args.seconds)
@@ -666,6 +732,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         tmp = Path(tempfile.mkdtemp(prefix="pglock-loadgen-"))
         stack.callback(shutil.rmtree, tmp, ignore_errors=True)
         settings = {**(FAST if args.fast else DURABLE),
+                    **(STATEMENT_SETTINGS if args.statements else {}),
                     "max_connections": str(args.max_connections)}
         direct = args.dsn or stack.enter_context(embedded(tmp / "pg", settings))
         target, bouncer_pid = direct, None
@@ -682,13 +749,21 @@ def main(argv: Sequence[str] | None = None) -> int:
               f"; {os.cpu_count()} CPUs, load {load}")
         results = []
         for n in range(args.repeat):
+            if args.statements:
+                reset_statements(direct)
             result = measure(args, server)
+            if args.statements:
+                result["statements"] = statements(direct)
             results.append(result)
             print(f"#{n + 1}: " + ", ".join(f"{k}={shown(v)}" for k, v in result.items()
                                             if not isinstance(v, list)))
+            for row in result.get("statements", []):
+                print(f"    {row['calls']:>7} calls  plan {row['plan_ms']:.3f} ms  exec "
+                      f"{row['exec_ms']:.3f} ms  WAL {row['wal_bytes']:.0f} B  {row['query']}")
             for key in ("first_errors", "overlaps", "runs_table", "jobs_not_run_once"):
                 if result.get(key):
-                    print(f"    {key}: {result[key][:5]}")
+                    found = result[key]
+                    print(f"    {key}: {found if isinstance(found, dict) else found[:5]}")
         summary = spread(results)
         if args.repeat > 1:
             print("median [min-max]: " + ", ".join(
