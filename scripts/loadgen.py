@@ -256,7 +256,7 @@ STATEMENTS = """
 SELECT calls, total_plan_time / calls, total_exec_time / calls, wal_bytes / calls,
        regexp_replace(left(query, 300), '\\s+', ' ', 'g')
 FROM pg_stat_statements
-WHERE query NOT LIKE '%%pg_stat%%' AND query NOT LIKE '%%pg_current_wal_lsn%%' AND calls > 0
+WHERE query NOT LIKE '%%pg_stat%%' AND query NOT LIKE '%%pg_current_wal_lsn%%' AND calls >= 10
 ORDER BY total_plan_time + total_exec_time DESC LIMIT %s
 """
 
