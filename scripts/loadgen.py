@@ -60,7 +60,12 @@ FAST = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
 
 
 class Contender:
-    """One simulated `pglock run --job JOB` on host HOLDER, on connections of its own."""
+    """One simulated `pglock run --job JOB` on host HOLDER, on connections of its own.
+
+    When pglock's statements are regrouped (acquire and start record in one, end record
+    and release in one), only these methods change: a merged acquire-and-start makes
+    start() a no-op, and the loads above keep calling acquire, start, renew, end.
+    """
 
     def __init__(self, conninfo: str, schema: str, job: str, holder: str, *,
                  ttl: float = 60.0, mode: str = "lease", min_hold: float | None = None,
