@@ -79,7 +79,7 @@ class Contender:
             conninfo, application_name=f"pglock run {job} on {holder}", timeout=connect_timeout,
             user_timeout=2 * advisory.CHECK_INTERVAL if mode == "advisory" else None)
         self.claim = lease.Claim(job=self.options.job, schema=schema, ttl=ttl, mode=mode,
-                                     holder=holder)
+                                 holder=holder)
         self.sent: float | None = None
         self.run_id: int | None = None
         self.renewer: Renewer | None = None
