@@ -24,7 +24,9 @@ _TRANSIENT = re.compile(
     r"the database system is (starting up|shutting down|in recovery mode|not yet accepting)|"
     r"connection refused|no such file or directory|timeout expired|"
     r"server closed the connection unexpectedly|could not receive data|"
-    r"terminating connection|cannot connect now",
+    r"terminating connection|cannot connect now|"
+    # EAGAIN from connect() on a Unix socket whose listen queue is full: a :00 storm.
+    r"resource temporarily unavailable",
     re.IGNORECASE,
 )
 # Client-side TCP settings so a vanished server is noticed within seconds, not hours.

@@ -32,6 +32,9 @@ TRANSIENT = [
                              "the server terminated abnormally"),
     psycopg.OperationalError("consuming input failed: could not receive data from server"),
     psycopg.OperationalError("FATAL:  too many connections for role \"app\""),
+    # A Unix socket's listen queue full (scripts/loadgen storm: 1,000 connects at once).
+    psycopg.OperationalError('connection to server on socket "/run/x/.s.PGSQL.5432" failed: '
+                             "Resource temporarily unavailable"),
 ]
 FOR_GOOD = [
     psycopg.OperationalError('FATAL:  password authentication failed for user "app"'),
