@@ -148,7 +148,8 @@ class RunStart:
 def start_params(run: RunStart) -> dict[str, Any]:
     """A start as query parameters (of the acquire and start statements)."""
     scheduled = run.scheduled
-    return {"command": run.command, "retries": run.retries, "attempt": run.attempt,
+    slot = {} if scheduled is None else {"slot": scheduled.slot}
+    return {**slot, "command": run.command, "retries": run.retries, "attempt": run.attempt,
             "next_slot": scheduled and scheduled.next_slot,
             "schedule": scheduled and scheduled.schedule,
             "timezone": scheduled and scheduled.timezone,
