@@ -3,8 +3,8 @@
 Acquire inserts the job's row, or takes it over where it has expired or is already
 ours, in one statement (with a schedule, only while the slot has no run), which also
 records the run as started; each acquisition bumps the fencing token, and the row is
-never deleted, so the token never goes down. Renew pushes the expiry out only while the row still carries our holder id
-and token and has not been cleared: zero rows means lost.
+never deleted, so the token never goes down. Renew pushes the expiry out only while the
+row still carries our holder id and token and has not been cleared: zero rows means lost.
 Release expires the row at the end of its hold instead of deleting it: until then a
 fresh trigger (a host whose cron fired the same minute a little later) finds the lock
 held, while a contender that was waiting for this holder (`--wait`) or asks for a
