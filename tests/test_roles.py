@@ -51,7 +51,7 @@ def refused(env: Env, dsn: str, *args: str) -> tuple[int, str, str]:
     return result.returncode, match[1], match[2]
 
 
-OPERATOR_COMMANDS = (
+OPERATOR_COMMANDS: tuple[tuple[str, ...], ...] = (
     ("clear", "--job", "j-lease", "--yes", "--reason", "test"),
     ("prune", "--older-than", "1d", "--yes"),
     ("pause", "--job", "j-lease", "--reason", "test"),
@@ -75,7 +75,8 @@ def test_the_runner_runs_jobs_in_both_modes_and_nothing_else(env: Env,
         "succeeded", "succeeded"]
     for args in OPERATOR_COMMANDS:
         assert refused(env, runner, *args) == (1, args[0], "pglock_operator")
-    for args in (("status",), ("history",), ("metrics",)):
+    reads: tuple[tuple[str, ...], ...] = (("status",), ("history",), ("metrics",))
+    for args in reads:
         code, command, role = refused(env, runner, *args)
         assert (command, role) == (args[0], "pglock_reader")
         assert code == (125 if args[0] == "metrics" else 1)
@@ -89,8 +90,10 @@ def test_the_reader_reads_and_is_refused_run_and_operating(env: Env,
                                                           roles: dict[str, str]) -> None:
     assert env.run("run", "--job", "j-lease", "--", "true").returncode == 0
     reader = roles["reader"]
-    for args in (("status",), ("status", "--json"), ("status", "--job", "j-lease"),
-                 ("history",), ("history", "--job", "j-lease"), ("check",), ("metrics",)):
+    reads: tuple[tuple[str, ...], ...] = (
+        ("status",), ("status", "--json"), ("status", "--job", "j-lease"), ("history",),
+        ("history", "--job", "j-lease"), ("check",), ("metrics",))
+    for args in reads:
         result = env.run(*args, "--dsn", reader)
         assert (result.returncode, result.stderr) == (0, ""), (args, result)
     assert "j-lease" in env.run("status", "--dsn", reader).stdout
@@ -98,8 +101,9 @@ def test_the_reader_reads_and_is_refused_run_and_operating(env: Env,
         125, "run", "pglock_runner")
     holder, _ = env.start_holder("j-held")
     try:
-        for args in (("clear", "--job", "j-held", "--yes", "--reason", "test"),
-                     *OPERATOR_COMMANDS[1:]):
+        operating: tuple[tuple[str, ...], ...] = (
+            ("clear", "--job", "j-held", "--yes", "--reason", "test"), *OPERATOR_COMMANDS[1:])
+        for args in operating:
             assert refused(env, reader, *args) == (1, args[0], "pglock_operator")
     finally:
         holder.send_signal(signal.SIGTERM)
@@ -113,7 +117,9 @@ def test_the_operator_does_everything(env: Env, roles: dict[str, str]) -> None:
         ran = env.run("run", "--job", f"j-{mode}", "--mode", mode, "--dsn", operator, "--",
                       "true")
         assert (ran.returncode, ran.stderr) == (0, ""), ran
-    for args in (("status",), ("history",), ("check",), ("metrics",), *OPERATOR_COMMANDS):
+    every: tuple[tuple[str, ...], ...] = (
+        ("status",), ("history",), ("check",), ("metrics",), *OPERATOR_COMMANDS)
+    for args in every:
         result = env.run(*args, "--dsn", operator)
         assert result.returncode in (0, 1), (args, result)
         assert "permission denied" not in result.stderr, (args, result)
