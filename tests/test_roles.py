@@ -4,13 +4,15 @@ take over, renew, release or finish another holder's claim, by table or by funct
 
 from __future__ import annotations
 
+import json
 import re
 import signal
+import subprocess
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-from conftest import Env, one_line
+from conftest import PGLOCK, Env, one_line
 
 from pglock import lease, ledger, schema
 
@@ -205,3 +207,50 @@ def test_the_advisory_key_in_sql_is_the_documented_one(env: Env) -> None:
     for job in ("x", "sync-invoices", "a:b", "é", "back\\slash"):
         assert env.query("SELECT {schema}.advisory_key(%s)", (job,)) == [
             (advisory_key(env.schema, job),)]
+
+
+SECRET = "s3cret-Pw-4711"
+
+
+@pytest.mark.slow
+def test_a_password_never_shows_wherever_the_dsn_comes_from(
+        env: Env, roles: dict[str, str]) -> None:
+    """The embedded test server trusts its socket: the password is carried, not checked."""
+    config = env.tmp / "config.toml"
+    for source in ("--dsn", "PGLOCK_DSN", "config file"):
+        said = []
+        for kind, command in (("runner", ("run", "-v", "--job", "j", "--", "true")),
+                              ("runner", ("run", "--job", "j", "--", "true")),
+                              ("reader", ("run", "--job", "j", "--", "true")),
+                              ("reader", ("status",)), ("reader", ("history", "--job", "j")),
+                              ("reader", ("check",)), ("reader", ("metrics",)),
+                              ("runner", ("clear", "--job", "j", "--yes")),
+                              ("reader", ("doctor", "--json"))):
+            dsn = f"{roles[kind]} password={SECRET}"
+            extra: dict[str, str] = {}
+            args: tuple[str, ...] = command
+            if source == "--dsn":
+                args = (command[0], "--dsn", dsn, *command[1:])
+            elif source == "PGLOCK_DSN":
+                extra = {"PGLOCK_DSN": dsn}
+            else:
+                config.write_text(f"dsn = {dsn!r}\n".replace("'", '"'))
+                config.chmod(0o644)
+                extra = {"PGLOCK_CONFIG": str(config), "PGLOCK_DSN": ""}
+            env_vars = {k: v for k, v in {**env.env, **extra}.items() if v != ""}
+            with subprocess.Popen([PGLOCK, *args], env=env_vars, text=True,
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE) as process:
+                out, err = process.communicate(timeout=60)
+            assert SECRET not in out + err, (source, args)
+            said.append((args[0], process.returncode, err, out))
+        verbose, plain, refused_run = said[0], said[1], said[2]
+        # -v calls out a password on the command line; a plain run never does.
+        assert ("carries a password" in verbose[2]) == (source == "--dsn"), verbose
+        assert plain[1:3] in ((0, ""), (75, "")), plain
+        assert "needs the pglock_runner role" in refused_run[2]
+        doctor = json.loads(said[-1][3])
+        found = {f["check"]: f for f in doctor["checks"]}
+        assert found["password"]["status"] == ("ok" if source == "PGLOCK_DSN" else "warn"), (
+            source, found["password"])
+    assert not any(SECRET in str(row) for row in env.query("SELECT * FROM {schema}.runs"))
+    assert not any(SECRET in str(row) for row in env.query("SELECT * FROM {schema}.audit"))
