@@ -10,7 +10,7 @@ RUN = frozenset({"run"})
 REPORTS = frozenset({"status", "history", "clear", "prune", "pause", "resume", "stop",
                      "replay", "forget"})
 EVERY = frozenset({"run", "init", "status", "history", "clear", "prune", "metrics", "pause",
-                   "resume", "stop", "forget"})
+                   "resume", "stop", "replay", "forget"})
 
 
 class ExitStatus(enum.IntEnum):
