@@ -16,7 +16,6 @@ import psycopg
 from pglock import lease
 from pglock.errors import DatabaseError
 from pglock.keys import advisory_key
-from pglock.schema import query
 
 # How often the holder checks its session (and renews the row): the lock has no minimum
 # hold, so a dead session must be noticed within seconds, not a ttl.
@@ -46,25 +45,6 @@ CHECK = f"""
 SELECT pg_backend_pid(), array(SELECT pid FROM ({_HOLDERS}) AS h)
 """
 
-# Renew the row only while this very session still holds the lock; `durable`:
-# synchronous_commit = on for this write alone (see lease.py).
-RENEW = f"""
-WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), held AS (
-    SELECT pg_backend_pid() IN (SELECT pid FROM ({_HOLDERS}) AS h) AS held
-), renewed AS (
-    UPDATE {{schema}}.locks
-    SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
-    WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
-      AND cleared_at IS NULL AND (SELECT held FROM held)
-    RETURNING stop_requested_at IS NOT NULL AS stop,
-              coalesce(stop_reason, 'no reason given') || ' (by ' || stop_requested_by || ')'
-              AS why
-)
-SELECT (SELECT held FROM held), EXISTS (SELECT 1 FROM renewed),
-       coalesce((SELECT stop FROM renewed), false), (SELECT why FROM renewed) FROM durable
-"""
-
-
 def server_drop_bound(ttl: float) -> tuple[int, int]:
     """(keepalive idle, total): the server drops a silent holder `total` s after its last word.
 
@@ -90,24 +70,18 @@ def give_back(conn: psycopg.Connection[Any], claim: lease.Claim) -> None:
     conn.execute("SELECT pg_advisory_unlock(%s)", (advisory_key(claim.schema, claim.job),))
 
 
-def verify_session(conn: psycopg.Connection[Any], other: psycopg.Connection[Any],
-                   claim: lease.Claim) -> None:
-    """Our backend, seen again later and from a second connection, must hold the lock alone.
+def verify_session(other: psycopg.Connection[Any], claim: lease.Claim) -> None:
+    """Our backend, seen from a second connection, must hold the lock alone.
 
-    Behind a transaction pooler the next statement of `conn` may run on another server
-    session, and `other`'s on the very one that holds the lock.
+    Behind a transaction pooler `other`'s statement may run on the very session that holds
+    the lock. That the holder's own next statement (the acquire) runs on it is checked by
+    the acquire itself (lease.POOLED).
     """
-    key = {"key": advisory_key(claim.schema, claim.job)}
-    own = conn.execute(CHECK, key).fetchone()
-    row = other.execute(CHECK, key).fetchone()
-    assert own is not None and row is not None
+    row = other.execute(CHECK, {"key": advisory_key(claim.schema, claim.job)}).fetchone()
+    assert row is not None
     other_pid, holders = row
-    if (holders != [claim.backend_pid] or own[0] != claim.backend_pid
-            or other_pid == claim.backend_pid):
-        raise DatabaseError(
-            "advisory mode needs a session of its own, and this connection is pooled "
-            "(PgBouncer in transaction or statement pooling?): connect directly or through "
-            "session pooling, or use --mode lease")
+    if holders != [claim.backend_pid] or other_pid == claim.backend_pid:
+        raise DatabaseError(lease.POOLED)
 
 
 class Session(Protocol):
@@ -137,9 +111,7 @@ class AdvisoryRenewer:
                 self._reason = "another host took the advisory lock while we were cut off"
                 return lease.Renewal.LOST, None
             self._retake = False
-        key = advisory_key(self.claim.schema, self.claim.job)
-        row = conn.execute(query(RENEW, self.claim.schema), self.claim.params(key=key)).fetchone()
-        held, renewed, stop, why = row or (False, False, False, None)
+        held, renewed, stop, why = lease.renewal(conn, self.claim)
         if not held:
             self._reason = ("this session no longer holds the advisory lock "
                             "(a transaction-pooling PgBouncer?)")

@@ -13,7 +13,15 @@ import sys
 import warnings
 from collections.abc import Callable
 
-from pglock.errors import ExitStatus, Interrupted, OutputFailed, PglockError
+from pglock.errors import (
+    ExitStatus,
+    Interrupted,
+    OutputFailed,
+    PglockError,
+    PrivilegeError,
+    SchemaError,
+    refused_privilege,
+)
 
 
 class _State:
@@ -69,6 +77,7 @@ def guarded(command: Callable[[], int], args: list[str], checking: bool,
     except OutputFailed as error:
         return output_failed(error, args)
     except PglockError as error:
+        error = _privilege(error, args)
         say_error(str(error), error, args)
         if checking and not _State.output_configured:
             # Refused while its options were parsed (a bad --job): UNKNOWN, as for click's.
@@ -79,6 +88,12 @@ def guarded(command: Callable[[], int], args: list[str], checking: bool,
             return int(report.status)
         return int(error.exit_status)
     except Exception as error:
+        if refused_privilege(error) is not None:
+            privilege = _privilege(error, args)
+            say_error(str(privilege), privilege, args)
+            if checking:
+                answer(f"PGLOCK UNKNOWN - {privilege}")
+            return int(privilege.exit_status)
         # A bug of ours: one fixed line (cron mails it). Never the exception's text: it can
         # carry a DSN with its password. The traceback only with -v.
         say_error(f"internal error: {type(error).__name__} (-v shows the traceback)", error,
@@ -86,6 +101,17 @@ def guarded(command: Callable[[], int], args: list[str], checking: bool,
         if checking:
             answer(f"PGLOCK UNKNOWN - internal error: {type(error).__name__}")
         return ExitStatus.INTERNAL
+
+
+def _privilege(error: Exception, args: list[str]) -> PglockError:
+    """A refused privilege as the one line that names the role that has it; any other
+    error (and a schema that cannot be created, which says what to ask a DBA) as it is."""
+    detail = refused_privilege(error)
+    if detail is None or isinstance(error, SchemaError):
+        return error if isinstance(error, PglockError) else PglockError(str(error))
+    privilege = PrivilegeError(args[0] if args else "pglock", detail)
+    privilege.__cause__ = error
+    return privilege
 
 
 def answer(text: str) -> None:

@@ -220,6 +220,20 @@ def run(
 def init(
     print_sql: Annotated[bool, typer.Option(
         "--print-sql", help="Print the DDL for a DBA instead of applying it.")] = False,
+    print_grants: Annotated[bool, typer.Option(
+        "--print-grants", help="Print the SQL that creates the group roles pglock_runner, "
+        "pglock_reader and pglock_operator and grants them what they need on the schema "
+        "(docs/security.md); run it as the schema's owner, again after an upgrade.")] = False,
+    runner_role: Annotated[list[str] | None, typer.Option(
+        "--runner-role", metavar="NAME",
+        help="With --print-grants: make login role NAME a pglock_runner (repeatable).")] = None,
+    reader_role: Annotated[list[str] | None, typer.Option(
+        "--reader-role", metavar="NAME",
+        help="With --print-grants: make login role NAME a pglock_reader (repeatable).")] = None,
+    operator_role: Annotated[list[str] | None, typer.Option(
+        "--operator-role", metavar="NAME",
+        help="With --print-grants: make login role NAME a pglock_operator (repeatable).")
+    ] = None,
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: ConnectTimeout = "10s",
@@ -229,13 +243,30 @@ def init(
     """Create pglock's schema now (it is otherwise created on first use).
 
     Example: pglock init --print-sql | psql -d app
+
+    Example: pglock init --print-grants --runner-role web1 | psql -d app
     """
     _configure_output(verbose, quiet)
     from pglock import config
     from pglock import schema as schema_module
+    from pglock.errors import UsageError
 
+    members = {"pglock_runner": runner_role or [], "pglock_reader": reader_role or [],
+               "pglock_operator": operator_role or []}
+    if any(members.values()) and not print_grants:
+        raise UsageError("--runner-role, --reader-role and --operator-role need --print-grants")
+    if print_sql and print_grants:
+        raise UsageError("--print-sql and --print-grants: one at a time")
     if print_sql:
         say(schema_module.ddl(config.configured_schema(schema)).as_string(None))
+        return 0
+    if print_grants:
+        from pglock import roles
+
+        for name in (n for names in members.values() for n in names):
+            if not name or len(name.encode()) > 63 or "\x00" in name:
+                raise UsageError(f"role name {name!r}: 1-63 bytes")
+        say(roles.grants(config.configured_schema(schema), members).as_string(None))
         return 0
     with connected(dsn, schema, connect_timeout, "init") as (conn, place, name):
         schema_module.ensure(conn, name)

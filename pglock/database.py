@@ -59,6 +59,12 @@ def _parsed(conninfo: str) -> dict[str, str]:
         return {}
 
 
+def carries_password(conninfo: str) -> bool:
+    """Whether the DSN itself holds a password (a keyword, a URI's user information or
+    its ?password= parameter)."""
+    return bool(_parsed(conninfo).get("password")) or redact.redact(conninfo) != conninfo
+
+
 def describe(conninfo: str) -> str:
     """host:port/dbname of a DSN for humans, from fields that cannot carry a password."""
     where = redact.place(conninfo, _parsed(conninfo))
@@ -194,6 +200,12 @@ def opened(target: Target) -> Iterator[str]:
     """The conninfo of `target`; the embedded server is joined for the duration."""
     if target.conninfo is not None:
         check_conninfo(target.conninfo)
+        if target.source == "--dsn" and carries_password(target.conninfo):
+            # Said with -v only: cron mails what a plain run prints.
+            logging.getLogger("pglock").info(
+                "the DSN given with --dsn carries a password, which every local user can "
+                "read (ps) while pglock runs: put it in ~/.pgpass, PGPASSFILE or a service "
+                "file (PGSERVICE) instead (docs/security.md)")
         yield target.conninfo
         return
     from pglock import embedded

@@ -68,11 +68,16 @@ SCHEMA_VERSION = "SELECT value::int FROM {schema}.meta WHERE key = 'version'"
 SCHEMA_EXISTS = "SELECT has_schema_privilege(%(schema)s, 'USAGE') FROM pg_namespace " \
                 "WHERE nspname = %(schema)s"
 CAN_CREATE_SCHEMA = "SELECT has_database_privilege(current_database(), 'CREATE')"
-# What `run` and the operator commands do to each table.
-TABLE_PRIVILEGES = {"meta": ("SELECT",), "locks": ("SELECT", "INSERT", "UPDATE"),
-                    "runs": ("SELECT", "INSERT", "UPDATE", "DELETE"),
-                    "jobs": ("SELECT", "INSERT", "UPDATE")}
-HAS_TABLE_PRIVILEGE = "SELECT has_table_privilege(%(table)s, %(privilege)s)"
+# What each kind of command needs, as (kind, role that has it, checks): `run` writes only
+# through the run path's functions (schema version 4), the reports read, the operator
+# commands write the tables (pglock init --print-grants).
+CAPABILITIES = """
+SELECT has_function_privilege(%(acquire)s, 'EXECUTE'),
+       has_table_privilege(%(jobs)s, 'SELECT') AND has_table_privilege(%(runs)s, 'SELECT')
+       AND has_column_privilege(%(locks)s, 'expires_at', 'SELECT'),
+       has_table_privilege(%(locks)s, 'UPDATE') AND has_table_privilege(%(audit)s, 'INSERT')
+       AND has_table_privilege(%(runs)s, 'DELETE')
+"""
 SIGNAL_BACKEND = """
 SELECT rolsuper OR pg_has_role(current_user, 'pg_signal_backend', 'MEMBER')
 FROM pg_roles WHERE rolname = current_user
@@ -99,7 +104,7 @@ BACKEND_PID = "SELECT pg_backend_pid()"
 
 def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float) -> Diagnosis:
     """Run every check against `conninfo` (the resolved `target`)."""
-    findings = [_target(target)]
+    findings = [_target(target), _password(target)]
     try:
         conn = database.connect(conninfo, application_name="pglock doctor", timeout=timeout)
     except DatabaseError as error:
@@ -143,6 +148,32 @@ def _target(target: Target) -> Finding:
     return Finding("database", Level.OK, f"from {target.source}")
 
 
+def _password(target: Target) -> Finding:
+    """A password on the command line is readable by every local user (ps) while pglock
+    runs; in a config file, by whoever may read the file."""
+    if target.conninfo is None or not database.carries_password(target.conninfo):
+        return Finding("password", Level.OK, "no password in the DSN" if target.conninfo
+                       is not None else "the embedded server: no password")
+    advice = ("put the password in ~/.pgpass (mode 0600) or PGPASSFILE, or use a service "
+              "file (PGSERVICE) or a client certificate (docs/security.md)")
+    if target.source == "--dsn":
+        return Finding("password", Level.WARN, "the DSN given with --dsn carries a password: "
+                       "every local user can read it (ps) while pglock runs", advice)
+    if target.source.startswith("config file"):
+        import os
+        import stat
+
+        from pglock.config import read_config_file
+
+        path, _ = read_config_file()
+        if path is not None and os.stat(path).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            return Finding("password", Level.WARN, f"the DSN of {target.source} carries a "
+                           "password and the file is readable by others than its owner",
+                           f"chmod 600 the file, or: {advice}")
+    return Finding("password", Level.OK, f"the DSN of {target.source} carries a password, "
+                   "readable only by this user")
+
+
 def _unreachable(conninfo: str, error: str) -> Finding:
     """The read-write connection failed: a standby alone, or no server at all."""
     try:
@@ -182,8 +213,8 @@ def _schema(conn: psycopg.Connection[Any], name: str) -> Finding:
                            f"schema {name!r} does not exist yet; the first run creates it")
         return Finding("schema", Level.FAIL,
                        f"schema {name!r} does not exist and this role may not create it",
-                       "a DBA applies `pglock init --print-sql`, then grants this role "
-                       "USAGE and SELECT/INSERT/UPDATE/DELETE on its tables")
+                       "a DBA applies `pglock init --print-sql`, then "
+                       "`pglock init --print-grants --runner-role ROLE` (docs/security.md)")
     if not exists[0]:
         return Finding("schema", Level.FAIL, f"schema {name!r} exists but this role lacks USAGE",
                        f"GRANT USAGE ON SCHEMA {name} TO the pglock role")
@@ -195,8 +226,8 @@ def _schema(conn: psycopg.Connection[Any], name: str) -> Finding:
     except psycopg.errors.InsufficientPrivilege as error:
         return Finding("schema", Level.FAIL, f"cannot read schema {name!r}: "
                        f"{database.first_line(error)}",
-                       f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {name} "
-                       "TO the pglock role")
+                       "`pglock init --print-grants --runner-role ROLE` (or --reader-role), "
+                       "run by the schema's owner (docs/security.md)")
     if row is None:
         return Finding("schema", Level.FAIL, f"schema {name!r} exists but holds no pglock tables",
                        "another application's schema? choose another --schema, or apply "
@@ -205,22 +236,40 @@ def _schema(conn: psycopg.Connection[Any], name: str) -> Finding:
         return Finding("schema", Level.FAIL,
                        f"schema {name!r} is version {row[0]}, newer than this pglock "
                        f"({schema.VERSION})", "upgrade pglock on this host")
-    missing = [f"{privilege} on {table}" for table, privileges in TABLE_PRIVILEGES.items()
-               for privilege in privileges if not _has(conn, name, table, privilege)]
-    if missing:
-        return Finding("schema", Level.FAIL,
-                       f"schema {name!r} version {row[0]}; this role lacks " + ", ".join(missing),
-                       f"GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {name} "
-                       "TO the pglock role")
-    return Finding("schema", Level.OK, f"schema {name!r} version {row[0]}, privileges complete")
+    return _capabilities(conn, name, row[0])
 
 
-def _has(conn: psycopg.Connection[Any], schema_name: str, table: str, privilege: str) -> bool:
-    # has_table_privilege parses its text argument as a qualified, quoted name.
-    qualified = '"' + schema_name.replace('"', '""') + f'"."{table}"'
-    row = conn.execute(HAS_TABLE_PRIVILEGE, {"table": qualified, "privilege": privilege}
-                       ).fetchone()
-    return bool(row and row[0])
+def _capabilities(conn: psycopg.Connection[Any], name: str, version: int) -> Finding:
+    """What this role may do with the schema: run jobs, read reports, operate."""
+    if version < 4:
+        return Finding("schema", Level.OK, f"schema {name!r} version {version}; the next run "
+                       f"upgrades it to {schema.VERSION}")
+    quoted = '"' + name.replace('"', '""') + '"'
+    from pglock import roles
+
+    row = conn.execute(CAPABILITIES, {
+        "acquire": f"{quoted}.{roles.RUN_FUNCTIONS[0]}", "jobs": f'{quoted}."jobs"',
+        "runs": f'{quoted}."runs"', "locks": f'{quoted}."locks"',
+        "audit": f'{quoted}."audit"'}).fetchone()
+    assert row is not None
+    can = dict(zip(("run jobs", "read status, history, check and metrics",
+                    "operate (clear, prune, pause, resume, stop, replay, forget)"),
+                   (bool(v) for v in row), strict=True))
+    able = [what for what, yes in can.items() if yes]
+    unable = [what for what, yes in can.items() if not yes]
+    detail = f"schema {name!r} version {version}; this role can " + (
+        "; ".join(able) if able else "do nothing with it")
+    if unable:
+        detail += "; it cannot " + "; ".join(unable)
+    advice = ("if this host needs it: `pglock init --print-grants --runner-role ROLE` (or "
+              "--reader-role, --operator-role), run by the schema's owner "
+              "(docs/security.md)")
+    if not able:
+        return Finding("schema", Level.FAIL, detail, advice)
+    if not can["run jobs"]:
+        return Finding("schema", Level.WARN, detail, advice)
+    # A runner that cannot operate is least privilege at work, not a problem.
+    return Finding("schema", Level.OK, detail)
 
 
 def _signal_backend(conn: psycopg.Connection[Any]) -> Finding:

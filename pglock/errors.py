@@ -7,9 +7,10 @@ import errno
 
 # The commands that can return an exit status (check answers in PluginStatus instead).
 RUN = frozenset({"run"})
-REPORTS = frozenset({"status", "history", "clear", "prune", "pause", "stop", "forget"})
+REPORTS = frozenset({"status", "history", "clear", "prune", "pause", "resume", "stop",
+                     "replay", "forget"})
 EVERY = frozenset({"run", "init", "status", "history", "clear", "prune", "metrics", "pause",
-                   "resume", "stop", "forget", "crontab", "jobs"})
+                   "resume", "stop", "replay", "forget", "crontab", "jobs"})
 
 
 class ExitStatus(enum.IntEnum):
@@ -30,7 +31,8 @@ class ExitStatus(enum.IntEnum):
     FAILURE = (1, "not done: status, history, pause or forget --job name a job that never "
                   "ran here; clear or prune was not confirmed, or the lock to clear changed "
                   "hands meanwhile; stop found nothing running, or its holder did not react "
-                  "within its ttl (stop --wait); forget found the job running",
+                  "within its ttl (stop --wait); forget found the job running; the "
+                  "database role lacks a privilege the command needs (docs/security.md)",
                REPORTS)
     USAGE = (2, "usage error: bad option, duration, size or job name; no command given; a "
                 "bad [jobs.NAME] table in the config file", EVERY)
@@ -79,6 +81,42 @@ class NothingDone(PglockError):
     """An operator command changed nothing: not confirmed, or the state moved meanwhile."""
 
     exit_status = ExitStatus.FAILURE
+
+
+# The group role that has what each command needs (`pglock init --print-grants`,
+# docs/security.md).
+RUNNER, OPERATOR, READER = "pglock_runner", "pglock_operator", "pglock_reader"
+ROLE_OF = {"run": RUNNER, "status": READER, "history": READER, "check": READER,
+           "metrics": READER, "doctor": READER, "clear": OPERATOR, "prune": OPERATOR,
+           "pause": OPERATOR, "resume": OPERATOR, "stop": OPERATOR, "replay": OPERATOR,
+           "forget": OPERATOR}
+
+
+class PrivilegeError(PglockError):
+    """The database refused for want of a privilege (SQLSTATE 42501): which role has it."""
+
+    def __init__(self, command: str, detail: str) -> None:
+        role = ROLE_OF.get(command)
+        who = f"the {role} role" if role else "the schema owner's privileges"
+        super().__init__(f"pglock {command} needs {who} ({detail})")
+        # An operator's command or a report: not done (1); the others, whose exit statuses
+        # have no such meaning (run, check, metrics, init): pglock failed (125).
+        self.exit_status = (ExitStatus.FAILURE if command in REPORTS
+                            else ExitStatus.INTERNAL)
+
+
+def refused_privilege(error: BaseException) -> str | None:
+    """The server's 'permission denied ...' line when `error` (or what caused it) is a
+    refused privilege, else None."""
+    seen: BaseException | None = error
+    for _ in range(5):
+        if seen is None:
+            return None
+        if getattr(seen, "sqlstate", None) == "42501":
+            text = str(seen).strip()
+            return text.splitlines()[0] if text else "permission denied"
+        seen = seen.__cause__ or seen.__context__
+    return None
 
 
 class ConfigError(PglockError):

@@ -1,10 +1,10 @@
 """The lease: an expiring row per job, timed by the database clock alone.
 
 Acquire inserts the job's row, or takes it over where it has expired or is already
-ours, in one statement (with a schedule, only while the slot has no run); each
-acquisition bumps the fencing token, and the row is never deleted, so the token never
-goes down. Renew pushes the expiry out only while the row still carries our holder id
-and token and has not been cleared: zero rows means lost.
+ours, in one statement (with a schedule, only while the slot has no run), which also
+records the run as started; each acquisition bumps the fencing token, and the row is
+never deleted, so the token never goes down. Renew pushes the expiry out only while the
+row still carries our holder id and token and has not been cleared: zero rows means lost.
 Release expires the row at the end of its hold instead of deleting it: until then a
 fresh trigger (a host whose cron fired the same minute a little later) finds the lock
 held, while a contender that was waiting for this holder (`--wait`) or asks for a
@@ -22,62 +22,23 @@ from typing import Any
 
 import psycopg
 
+from pglock import ledger, schema
+from pglock.errors import DatabaseError, SchemaError
 from pglock.schema import query
 
-# Every write sets synchronous_commit = on for its own transaction: a role or database
-# default of off/local must not make an acknowledged lock losable in a failover. The
-# setting rides in the statement (no round trip, no startup parameter a pooler refuses,
-# nothing left on a pooled session), in a CTE the statement reads: PostgreSQL skips an
-# unreferenced SELECT CTE, and a row written implies the CTE's row was read.
+# Each step is one call of a function of the schema (sql/migrations/004_roles.sql): one
+# statement, one round trip, and, being SECURITY DEFINER, the only way a runner role
+# writes the lock (docs/security.md). The functions set synchronous_commit = on for their
+# own transaction: a role or database default of off/local must not make an acknowledged
+# lock losable in a failover.
 
-# A slot that is done (it succeeded, its attempts are spent, or an attempt closed it) is
-# done even after its last run released the lock: the loser of a scheduled race costs one
-# statement, and learns why it lost. A slot whose attempt was abandoned or lost its lock
-# with attempts left is open: any host may take the next (docs/schedules.md, "Delivery").
-# A run without an attempt number is an older pglock's, still running through an upgrade:
-# for those, one run per slot. A paused job (or every job paused, the empty name) is
-# skipped in the same statement.
+# Takes the lock by the rules of docs/lease.md and, when taken, records the run as started
+# (with `start`); the schema's version is checked in the same statement.
 ACQUIRE = """
-WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), slot_ran AS (
-    SELECT EXISTS (SELECT 1 FROM {schema}.slots WHERE job = %(job)s AND slot = %(slot)s
-                   AND (succeeded_run_id IS NOT NULL OR closed_at IS NOT NULL
-                        OR attempts >= attempt_limit))
-        OR EXISTS (SELECT 1 FROM {schema}.runs WHERE job = %(job)s AND slot = %(slot)s
-                   AND attempt IS NULL) AS ran
-), paused AS (
-    SELECT EXISTS (SELECT 1 FROM {schema}.pauses WHERE job IN (%(job)s, '')
-                   AND (until IS NULL OR until > clock_timestamp())) AS is_paused
-), taken AS (
-    INSERT INTO {schema}.locks AS l
-        (job, mode, holder, holder_pid, holder_id, fencing_token, ttl,
-         acquired_at, renewed_at, expires_at, backend_pid)
-    SELECT %(job)s::text, %(mode)s::text, %(holder)s::text, %(holder_pid)s::integer,
-           %(holder_id)s::text, 1, %(ttl)s::interval, clock_timestamp(), clock_timestamp(),
-           clock_timestamp() + %(ttl)s::interval, %(backend_pid)s::integer
-    FROM slot_ran, paused WHERE NOT slot_ran.ran AND NOT paused.is_paused
-    ON CONFLICT (job) DO UPDATE SET
-        mode = excluded.mode, holder = excluded.holder, holder_pid = excluded.holder_pid,
-        holder_id = excluded.holder_id, fencing_token = l.fencing_token + 1,
-        ttl = excluded.ttl, acquired_at = excluded.acquired_at,
-        renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
-        released_at = NULL, backend_pid = excluded.backend_pid,
-        cleared_at = NULL, cleared_by = NULL,
-        stop_requested_at = NULL, stop_requested_by = NULL, stop_reason = NULL
-    WHERE l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
-       -- Holding the advisory lock proves an unreleased advisory row's holder is gone.
-       OR (%(advisory_held)s AND l.mode = 'advisory' AND l.cleared_at IS NULL
-           AND l.released_at IS NULL)
-       -- Released but in its hold: only a handover to a contender that waited for this
-       -- holder (or an earlier one), or a deliberate rerun.
-       OR (l.released_at IS NOT NULL
-           AND (%(rerun)s OR l.fencing_token >= %(handover_from)s::bigint))
-    RETURNING fencing_token
-)
-SELECT (SELECT ran FROM slot_ran), (SELECT is_paused FROM paused),
-       (SELECT fencing_token FROM taken),
-       (SELECT CASE WHEN released_at IS NULL THEN fencing_token ELSE fencing_token + 1 END
-        FROM {schema}.locks WHERE job = %(job)s)
-FROM durable
+SELECT * FROM {schema}.acquire(
+    %(version)s, %(job)s, %(mode)s, %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s,
+    %(slot)s, %(handover_from)s, %(rerun)s, %(command)s, %(schedule)s, %(timezone)s,
+    %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s)
 """
 
 # The first holder a contender that starts waiting now may take over from at its
@@ -89,14 +50,7 @@ FROM {schema}.locks WHERE job = %(job)s
 """
 
 RENEW = """
-WITH durable AS (SELECT set_config('synchronous_commit', 'on', true))
-UPDATE {schema}.locks
-SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
-FROM durable
-WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
-  AND cleared_at IS NULL
-RETURNING expires_at, stop_requested_at IS NOT NULL,
-          coalesce(stop_reason, 'no reason given') || ' (by ' || stop_requested_by || ')'
+SELECT * FROM {schema}.renew(%(job)s, %(holder_id)s, %(fencing_token)s, %(advisory)s)
 """
 
 HOLDER = """
@@ -115,15 +69,21 @@ SELECT EXISTS (SELECT 1 FROM {schema}.locks
 """
 
 RELEASE = """
-WITH durable AS (SELECT set_config('synchronous_commit', 'on', true))
-UPDATE {schema}.locks
-SET expires_at = greatest(clock_timestamp(), acquired_at + %(min_hold)s),
-    released_at = clock_timestamp()
-FROM durable
-WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
-  AND cleared_at IS NULL
-RETURNING released_at
+SELECT {schema}.release(%(job)s, %(holder_id)s, %(fencing_token)s, %(min_hold)s,
+                        %(close_slot)s)
 """
+
+# The acquire statement's failure when the schema is missing or older than this pglock
+# (its functions do not exist yet): then the schema is created or upgraded, and the
+# statement sent again. A newer schema answers with its version alone.
+_NO_SCHEMA = (psycopg.errors.UndefinedFunction, psycopg.errors.InvalidSchemaName,
+              psycopg.errors.UndefinedTable)
+
+# Said when the acquire statement ran on a session other than the one holding the
+# advisory lock.
+POOLED = ("advisory mode needs a session of its own, and this connection is pooled "
+          "(PgBouncer in transaction or statement pooling?): connect directly or through "
+          "session pooling, or use --mode lease")
 
 
 @dataclass
@@ -147,6 +107,10 @@ class Claim:
     handover_from: int | None = None
     # --rerun: a deliberate run that may take a released lock inside its hold.
     rerun: bool = False
+    # The run the winning acquire statement recorded as started (taken by its starter).
+    run: ledger.StartedRun | None = None
+    # Who held the lock when an acquire lost (None: nobody, or not known).
+    held_by: str | None = None
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The lease as query parameters."""
@@ -175,13 +139,32 @@ class Renewal(enum.Enum):
     STOP = "stop requested"
 
 
-def try_acquire(conn: psycopg.Connection[Any], lease: Claim, *,
-                advisory_held: bool = False) -> Attempt:
-    """Take the job's lock if it is free (or expired) and its slot has not run yet."""
-    row = conn.execute(query(ACQUIRE, lease.schema),
-                       lease.params(advisory_held=advisory_held)).fetchone()
-    assert row is not None
-    ran, paused, token, handover_from = row
+def try_acquire(conn: psycopg.Connection[Any], lease: Claim,
+                start: ledger.RunStart | None = None) -> Attempt:
+    """Take the job's lock if it is free (or expired) and its slot is not done; with
+    `start`, record the run as started in the same statement (lease.run). In advisory mode
+    this session must hold the job's session lock (advisory.take).
+
+    The first call on a database creates or upgrades the schema when it is missing or
+    older, and refuses a newer one.
+    """
+    params = lease.params(version=schema.VERSION, **_start_params(start))
+    try:
+        row = _acquire(conn, lease, params)
+    except _NO_SCHEMA:
+        schema.ensure(conn, lease.schema)
+        row = _acquire(conn, lease, params)
+    if row[0] != schema.VERSION:
+        # Older (or no version record): upgrade, then ask again; newer: refused.
+        schema.ensure(conn, lease.schema)
+        row = _acquire(conn, lease, params)
+        if row[0] != schema.VERSION:
+            raise SchemaError(f"schema {lease.schema!r} is version {row[0]}, not "
+                              f"{schema.VERSION}")
+    (_, session_held, ran, paused, token, handover_from, held_by, run_id, started_at,
+     attempt, attempt_limit) = row
+    if not session_held:
+        raise DatabaseError(POOLED)
     if ran:
         return Attempt.SLOT_RAN
     if paused:
@@ -189,17 +172,50 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Claim, *,
     if token is None:
         if lease.handover_from is None:
             lease.handover_from = handover_from
+        lease.held_by = held_by
         return Attempt.HELD
     lease.fencing_token = token
+    if run_id is not None:
+        lease.run = ledger.StartedRun(id=run_id, started_at=started_at, attempt=attempt,
+                                      attempt_limit=attempt_limit)
     return Attempt.WON
+
+
+def _acquire(conn: psycopg.Connection[Any], lease: Claim,
+             params: dict[str, Any]) -> tuple[Any, ...]:
+    try:
+        row = conn.execute(query(ACQUIRE, lease.schema), params).fetchone()
+    except (psycopg.errors.CheckViolation, psycopg.errors.UniqueViolation):
+        # The start of a slot that another host's run made done since the statement's own
+        # check (the slot's CHECK, the unique attempt): nothing was taken.
+        return (schema.VERSION, True, True, False, None, None, None, None, None, None, None)
+    assert row is not None
+    return tuple(row)
+
+
+def _start_params(start: ledger.RunStart | None) -> dict[str, Any]:
+    if start is None:
+        return {"command": None, "schedule": None, "timezone": None, "next_slot": None,
+                "grace": None, "retries": 0, "attempt": 1}
+    return ledger.start_params(start)
 
 
 def renew(conn: psycopg.Connection[Any], lease: Claim) -> tuple[Renewal, str | None]:
     """Extend the lease by its ttl from now; whether it is still ours, and why to stop."""
-    row = conn.execute(query(RENEW, lease.schema), lease.params()).fetchone()
-    if row is None:
+    held, renewed, stop, why = renewal(conn, lease)
+    if not (held and renewed):
         return Renewal.LOST, None
-    return (Renewal.STOP, row[2]) if row[1] else (Renewal.OURS, None)
+    return (Renewal.STOP, why) if stop else (Renewal.OURS, None)
+
+
+def renewal(conn: psycopg.Connection[Any], lease: Claim) -> tuple[bool, bool, bool, str | None]:
+    """One renewal: (this session holds the advisory lock, or lease mode; the row was
+    renewed; an operator asked for a stop; why)."""
+    row = conn.execute(query(RENEW, lease.schema),
+                       lease.params(advisory=lease.mode == "advisory")).fetchone()
+    assert row is not None
+    held, renewed, _, stop, why = row
+    return bool(held), bool(renewed), bool(stop), why
 
 
 def note_waiting(conn: psycopg.Connection[Any], lease: Claim) -> None:
@@ -209,13 +225,16 @@ def note_waiting(conn: psycopg.Connection[Any], lease: Claim) -> None:
         lease.handover_from = None if row is None else row[0]
 
 
-def release(conn: psycopg.Connection[Any], lease: Claim, min_hold: float = 0) -> bool:
-    """Let the lease expire now, or at acquisition + min_hold if that is later.
+def release(conn: psycopg.Connection[Any], lease: Claim, min_hold: float = 0, *,
+            close_slot: datetime | None = None) -> bool:
+    """Let the lease expire now, or at acquisition + min_hold if that is later; with
+    `close_slot`, no further attempt of that slot (in the same statement).
 
     False: the lock was no longer ours (cleared, or taken over after it expired).
     """
-    return conn.execute(query(RELEASE, lease.schema),
-                        lease.params(min_hold=timedelta(seconds=min_hold))).fetchone() is not None
+    row = conn.execute(query(RELEASE, lease.schema), lease.params(
+        min_hold=timedelta(seconds=min_hold), close_slot=close_slot)).fetchone()
+    return bool(row and row[0])
 
 
 def holder_of(conn: psycopg.Connection[Any], lease: Claim) -> str | None:

@@ -2,15 +2,18 @@
 
 from __future__ import annotations
 
+import dataclasses
 import enum
 from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
-from psycopg.types.json import Jsonb
 
 from pglock.schema import query
+
+if TYPE_CHECKING:
+    from pglock.lease import Claim
 
 
 class Outcome(enum.StrEnum):
@@ -30,167 +33,29 @@ class Outcome(enum.StrEnum):
     STOPPED = "stopped"
 
 
-# `durable`: synchronous_commit = on for this write alone (see lease.py).
+# Each write is one call of a function of the schema (sql/migrations/004_roles.sql),
+# SECURITY DEFINER: a run row is written only under a lock the caller holds, and finished
+# or noted only by the claim that started it (see lease.py).
 
-# Any other run of the job still marked running belongs to a holder that vanished:
-# we hold the lock now, so it cannot be alive and holding it.
+# The start of a further attempt (--retries) under the lock the caller still holds; the
+# first attempt's start rides in the acquire statement (lease.ACQUIRE).
 START = """
-WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), abandoned AS (
-    UPDATE {schema}.runs r
-    SET outcome = 'abandoned', finished_at = clock_timestamp(),
-        duration = clock_timestamp() - r.started_at,
-        error = 'its holder vanished without recording an end'
-    WHERE r.job = %(job)s AND r.outcome = 'running'
-    RETURNING r.id, r.finished_at, r.duration
-), opened AS (
-    -- A slot's attempt: one more on its row, which its CHECK keeps within the limit. A
-    -- slot that succeeded, or that an attempt closed, is pushed past the limit instead,
-    -- so that its start fails in the same way.
-    INSERT INTO {schema}.slots AS s (job, slot, attempts, attempt_limit, retries)
-    SELECT %(job)s, %(slot)s::timestamptz, 1, 1 + %(retries)s::integer, %(retries)s::integer
-    WHERE %(slot)s::timestamptz IS NOT NULL
-    ON CONFLICT (job, slot) DO UPDATE SET attempts = CASE
-        WHEN s.succeeded_run_id IS NULL AND s.closed_at IS NULL THEN s.attempts + 1
-        ELSE s.attempt_limit + 1 END
-    RETURNING attempts, attempt_limit
-), started AS (
-    INSERT INTO {schema}.runs
-        (job, slot, mode, holder, holder_pid, fencing_token, command, started_at, outcome,
-         attempt, manual)
-    SELECT %(job)s, %(slot)s, %(mode)s, %(holder)s, %(holder_pid)s, %(fencing_token)s,
-           %(command)s, clock_timestamp(), 'running',
-           coalesce((SELECT attempts FROM opened), %(attempt)s::integer),
-           %(slot)s::timestamptz IS NULL AND EXISTS (
-               SELECT 1 FROM {schema}.jobs WHERE job = %(job)s AND schedule IS NOT NULL)
-    RETURNING id, started_at, attempt,
-              coalesce((SELECT attempt_limit FROM opened), 1 + %(retries)s::integer) AS limit_
-), latest_abandoned AS (
-    SELECT * FROM abandoned ORDER BY id DESC LIMIT 1
-), summary AS (
-    INSERT INTO {schema}.jobs AS j
-        (job, mode, schedule, timezone, last_slot, next_slot, grace, last_run_id,
-         last_started_at, last_holder, last_finished_run_id, last_finished_at, last_outcome,
-         last_duration, outcome_counts, consecutive_failures, last_attempt, attempt_limit)
-    SELECT %(job)s, %(mode)s, %(schedule)s, %(timezone)s, %(slot)s, %(next_slot)s, %(grace)s,
-           s.id, s.started_at, %(holder)s,
-           a.id, a.finished_at, CASE WHEN a.id IS NOT NULL THEN 'abandoned' END, a.duration,
-           CASE WHEN a.id IS NOT NULL
-                THEN jsonb_build_object('abandoned', (SELECT count(*) FROM abandoned))
-                ELSE '{{}}' END,
-           (SELECT count(*) FROM abandoned), s.attempt, s.limit_
-    FROM started s LEFT JOIN latest_abandoned a ON true
-    ON CONFLICT (job) DO UPDATE SET
-        mode = excluded.mode,
-        -- A run without --schedule (by hand) leaves the job's schedule and slots alone:
-        -- overdue detection goes on.
-        schedule = CASE WHEN excluded.last_slot IS NULL THEN j.schedule
-                        ELSE excluded.schedule END,
-        timezone = CASE WHEN excluded.last_slot IS NULL THEN j.timezone
-                        ELSE excluded.timezone END,
-        -- A run of an older slot that got the lock late (--wait) must not move the slots
-        -- back, unless the schedule itself changed.
-        last_slot = CASE WHEN excluded.last_slot IS NULL THEN j.last_slot
-                         WHEN excluded.last_slot < j.last_slot
-                          AND (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
-                         THEN j.last_slot ELSE excluded.last_slot END,
-        next_slot = CASE WHEN excluded.last_slot IS NULL THEN j.next_slot
-                         WHEN excluded.last_slot < j.last_slot
-                          AND (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
-                         THEN j.next_slot ELSE excluded.next_slot END,
-        grace = CASE WHEN excluded.last_slot IS NULL THEN j.grace ELSE excluded.grace END,
-        forgotten_at = NULL,
-        last_attempt = excluded.last_attempt, attempt_limit = excluded.attempt_limit,
-        consecutive_failures = j.consecutive_failures + (SELECT count(*) FROM abandoned),
-        last_run_id = excluded.last_run_id, last_started_at = excluded.last_started_at,
-        last_holder = excluded.last_holder,
-        last_finished_run_id = coalesce(excluded.last_finished_run_id, j.last_finished_run_id),
-        last_finished_at = coalesce(excluded.last_finished_at, j.last_finished_at),
-        last_outcome = coalesce(excluded.last_outcome, j.last_outcome),
-        last_exit_code = CASE WHEN excluded.last_finished_run_id IS NOT NULL THEN NULL
-                              ELSE j.last_exit_code END,
-        last_duration = coalesce(excluded.last_duration, j.last_duration),
-        outcome_counts = CASE WHEN excluded.last_finished_run_id IS NULL THEN j.outcome_counts
-            ELSE j.outcome_counts || jsonb_build_object('abandoned',
-                coalesce((j.outcome_counts ->> 'abandoned')::bigint, 0)
-                + (SELECT count(*) FROM abandoned)) END
-)
-SELECT id, started_at, attempt, limit_ FROM started, durable
+SELECT * FROM {schema}.start_run(
+    %(job)s, %(holder_id)s, %(fencing_token)s, %(command)s, %(slot)s, %(schedule)s,
+    %(timezone)s, %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s)
 """
 
-# A run marked abandoned by a takeover may still finish and tell the truth; its
-# abandoned count is then taken back. Only the newest finished run sets the last_* fields.
-# It returns the job's last outcome as it was before (every part of the statement reads
-# the same snapshot), so a recovery is known without another round trip.
+# The end of the run and the release of its lock (or, `keep`, its renewal for the next
+# attempt) in one statement; lock_lost when the release finds the lock no longer ours.
 FINISH = """
-WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), previous AS (
-    SELECT id, job, outcome FROM {schema}.runs
-    WHERE id = %(run_id)s AND outcome IN ('running', 'abandoned')
-    FOR UPDATE
-), before AS (
-    SELECT j.job, j.last_outcome FROM {schema}.jobs j JOIN previous p ON j.job = p.job
-), finished AS (
-    UPDATE {schema}.runs r
-    SET finished_at = r.started_at + %(duration)s, duration = %(duration)s,
-        exit_code = %(exit_code)s, signal = %(signal)s, outcome = %(outcome)s,
-        error = %(error)s, output_tail = %(output_tail)b
-    FROM previous p, {schema}.jobs j WHERE r.id = p.id AND j.job = r.job
-    RETURNING r.id, r.job, r.slot, r.finished_at, r.duration, r.exit_code, r.outcome,
-              p.outcome AS was, r.id >= coalesce(j.last_finished_run_id, 0) AS newer
-), slot_end AS (
-    -- The slot is dead when this attempt failed and no other may follow: its attempts are
-    -- spent, or it ended in a way no retry fixes. Without retries, a failure is only that.
-    UPDATE {schema}.slots s SET
-        succeeded_run_id = CASE WHEN f.outcome = 'succeeded' THEN f.id
-                                ELSE s.succeeded_run_id END,
-        closed_at = CASE WHEN %(closes)s THEN clock_timestamp() ELSE s.closed_at END
-    FROM finished f WHERE s.job = f.job AND s.slot = f.slot
-    RETURNING s.job, s.slot, s.attempts,
-              f.outcome NOT IN ('succeeded', 'stopped') AND s.attempt_limit > 1
-              AND (s.attempts >= s.attempt_limit OR %(hopeless)s) AS dead
-)
-UPDATE {schema}.jobs j SET
-    last_finished_run_id = CASE WHEN f.newer THEN f.id ELSE j.last_finished_run_id END,
-    last_finished_at = CASE WHEN f.newer THEN f.finished_at ELSE j.last_finished_at END,
-    last_outcome = CASE WHEN f.newer THEN f.outcome ELSE j.last_outcome END,
-    last_exit_code = CASE WHEN f.newer THEN f.exit_code ELSE j.last_exit_code END,
-    last_duration = CASE WHEN f.newer THEN f.duration ELSE j.last_duration END,
-    -- An abandoned run was counted as a failure when it was marked so.
-    consecutive_failures = CASE WHEN NOT f.newer THEN j.consecutive_failures
-                                WHEN f.outcome = 'succeeded' THEN 0
-                                WHEN f.was = 'abandoned' THEN j.consecutive_failures
-                                ELSE j.consecutive_failures + 1 END,
-    last_success_at = CASE WHEN f.outcome = 'succeeded'
-                           THEN greatest(f.finished_at, j.last_success_at)
-                           ELSE j.last_success_at END,
-    outcome_counts = j.outcome_counts
-        || jsonb_build_object(f.outcome, coalesce((j.outcome_counts ->> f.outcome)::bigint, 0) + 1)
-        || CASE WHEN f.was = 'abandoned'
-                THEN jsonb_build_object('abandoned', greatest(0,
-                         coalesce((j.outcome_counts ->> 'abandoned')::bigint, 0) - 1))
-                ELSE %(empty)s END,
-    -- Dead until a later success or a replay.
-    dead_slot = CASE WHEN NOT f.newer THEN j.dead_slot WHEN d.dead THEN d.slot
-                     WHEN f.outcome = 'succeeded' THEN NULL ELSE j.dead_slot END,
-    dead_attempts = CASE WHEN NOT f.newer THEN j.dead_attempts WHEN d.dead THEN d.attempts
-                         WHEN f.outcome = 'succeeded' THEN NULL ELSE j.dead_attempts END,
-    dead_error = CASE WHEN NOT f.newer THEN j.dead_error WHEN d.dead THEN %(error_line)s
-                      WHEN f.outcome = 'succeeded' THEN NULL ELSE j.dead_error END
-FROM finished f JOIN before b ON b.job = f.job LEFT JOIN slot_end d ON d.job = f.job, durable
-WHERE j.job = f.job
-RETURNING b.last_outcome, f.newer
-"""
-
-# An operator's stop between two attempts: no attempt of the slot follows.
-CLOSE_SLOT = """
-WITH durable AS (SELECT set_config('synchronous_commit', 'on', true))
-UPDATE {schema}.slots SET closed_at = clock_timestamp() FROM durable
-WHERE job = %(job)s AND slot = %(slot)s AND closed_at IS NULL
+SELECT * FROM {schema}.finish(
+    %(run_id)s, %(job)s, %(holder_id)s, %(fencing_token)s, %(min_hold)s, %(keep)s,
+    %(duration)s, %(exit_code)s, %(signal)s, %(outcome)s, %(error)s, %(output_tail)b,
+    %(closes)s, %(hopeless)s, %(error_line)s, %(lost_error)s, %(lost_error_line)s)
 """
 
 # Notes of what happened after the end was recorded (a failed hook), added to its error.
-NOTE = """
-UPDATE {schema}.runs SET error = concat_ws('; ', error, %(note)s::text) WHERE id = %(run_id)s
-"""
+NOTE = "SELECT {schema}.note(%(run_id)s, %(holder_id)s, %(note)s)"
 
 
 @dataclass(frozen=True)
@@ -231,6 +96,15 @@ class RunResult:
         code = "no exit code" if self.exit_code is None else f"exit {self.exit_code}"
         return f"{self.outcome} ({code})"
 
+    def lost_at_release(self) -> RunResult:
+        """This result as recorded when the lock was cleared or taken over before the
+        release (a run that lost its lock while running is already lock_lost)."""
+        if self.outcome is Outcome.LOCK_LOST:
+            return self
+        return dataclasses.replace(
+            self, outcome=Outcome.LOCK_LOST,
+            error="lock lost: it was cleared or taken over before the command ended")
+
     @property
     def hopeless(self) -> bool:
         """Whether no retry can fix it: the command cannot be executed (126) or found (127)."""
@@ -260,31 +134,46 @@ class Scheduled:
     grace: float
 
 
-def start(conn: psycopg.Connection[Any], schema: str, *, job: str, mode: str, holder: str,
-          holder_pid: int, fencing_token: int | None, command: str,
-          scheduled: Scheduled | None = None, retries: int = 0,
-          attempt: int = 1) -> StartedRun:
-    """Record a run as started (and any run its vanished predecessor left as abandoned).
+@dataclass(frozen=True)
+class RunStart:
+    """What a run's start record says, beyond its claim."""
 
-    With a schedule, the attempt is the slot's next (`attempt` is for unscheduled runs)
-    and a start of a slot that is done (succeeded, closed, or its attempts spent) raises
-    psycopg.errors.CheckViolation (UniqueViolation from a racing start).
+    command: str
+    scheduled: Scheduled | None = None
+    retries: int = 0
+    # Numbers an unscheduled run's attempts; a scheduled one gets its slot's next.
+    attempt: int = 1
+
+
+def start_params(run: RunStart) -> dict[str, Any]:
+    """A start as query parameters (of the acquire and start statements)."""
+    scheduled = run.scheduled
+    slot = {} if scheduled is None else {"slot": scheduled.slot}
+    return {**slot, "command": run.command, "retries": run.retries, "attempt": run.attempt,
+            "next_slot": scheduled and scheduled.next_slot,
+            "schedule": scheduled and scheduled.schedule,
+            "timezone": scheduled and scheduled.timezone,
+            "grace": scheduled and timedelta(seconds=scheduled.grace)}
+
+
+def start(conn: psycopg.Connection[Any], claim: Claim, run: RunStart) -> StartedRun:
+    """Record a further attempt as started under the lock `claim` holds (and any run its
+    vanished predecessor left as abandoned); the first one is recorded by the acquire.
+
+    With a schedule, the attempt is the slot's next and a start of a slot that is done
+    (succeeded, closed, or its attempts spent) raises psycopg.errors.CheckViolation
+    (UniqueViolation from a racing start); a claim that no longer holds the lock raises
+    psycopg.errors.NoDataFound.
     """
-    row = conn.execute(query(START, schema), {
-        "job": job, "mode": mode, "holder": holder, "holder_pid": holder_pid,
-        "fencing_token": fencing_token, "command": command, "retries": retries,
-        "attempt": attempt,
-        "slot": scheduled and scheduled.slot, "next_slot": scheduled and scheduled.next_slot,
-        "schedule": scheduled and scheduled.schedule,
-        "timezone": scheduled and scheduled.timezone,
-        "grace": scheduled and timedelta(seconds=scheduled.grace)}).fetchone()
+    row = conn.execute(query(START, claim.schema),
+                       claim.params(**start_params(run))).fetchone()
     assert row is not None
     return StartedRun(id=row[0], started_at=row[1], attempt=row[2], attempt_limit=row[3])
 
 
 @dataclass(frozen=True)
 class Finished:
-    """What recording a run's end learned about the job."""
+    """What recording a run's end (and letting its lock go) came to."""
 
     # The job's last outcome before this run's (None: no run of it had finished).
     previous_outcome: str | None
@@ -292,28 +181,36 @@ class Finished:
     newest: bool
     # This call recorded its end (False: a repeat found nothing left to record).
     recorded: bool = True
+    # The lock was still ours when released (or renewed): else the run is lock_lost.
+    ours: bool = True
+    # The lock was renewed for another attempt (not released).
+    kept: bool = False
+    # The result as recorded (lock_lost when the lock was no longer ours).
+    result: RunResult | None = None
 
 
-def finish(conn: psycopg.Connection[Any], schema: str, run_id: int,
-           result: RunResult, *, closes: bool | None = None) -> Finished:
+def finish(conn: psycopg.Connection[Any], claim: Claim, run_id: int, result: RunResult, *,
+           hold: float = 0.0, keep: bool = False, closes: bool | None = None) -> Finished:
     """Complete the run's row and the job's summary (and its slot's: `closes` says whether
-    no attempt may follow, by default as the result says); repeating it changes nothing."""
-    row = conn.execute(query(FINISH, schema), {
-        "run_id": run_id, "duration": timedelta(seconds=result.duration),
-        "exit_code": result.exit_code, "signal": result.signal, "outcome": str(result.outcome),
-        "error": result.error, "output_tail": result.output_tail, "empty": Jsonb({}),
-        "closes": result.closes_slot if closes is None else closes,
-        "hopeless": result.hopeless, "error_line": result.error_line}).fetchone()
-    if row is None:
-        return Finished(previous_outcome=None, newest=False, recorded=False)
-    return Finished(previous_outcome=row[0], newest=bool(row[1]))
+    no attempt may follow, by default as the result says), and release the lock at
+    acquisition + `hold` (or, `keep`, renew it for another attempt: an operator's stop seen
+    there releases it at once and closes the slot); repeating it changes nothing."""
+    lost = result.lost_at_release()
+    row = conn.execute(query(FINISH, claim.schema), claim.params(
+        run_id=run_id, min_hold=timedelta(seconds=hold), keep=keep,
+        duration=timedelta(seconds=result.duration), exit_code=result.exit_code,
+        signal=result.signal, outcome=str(result.outcome), error=result.error,
+        output_tail=result.output_tail,
+        closes=result.closes_slot if closes is None else closes,
+        hopeless=result.hopeless, error_line=result.error_line,
+        lost_error=lost.error, lost_error_line=lost.error_line)).fetchone()
+    assert row is not None
+    ours, kept, recorded, previous, newest = row
+    return Finished(previous_outcome=previous, newest=bool(newest), recorded=bool(recorded),
+                    ours=bool(ours), kept=bool(kept), result=result if ours else lost)
 
 
-def add_note(conn: psycopg.Connection[Any], schema: str, run_id: int, note: str) -> None:
+def add_note(conn: psycopg.Connection[Any], claim: Claim, run_id: int, note: str) -> None:
     """Append to a recorded run's error (what its hooks or pings came to)."""
-    conn.execute(query(NOTE, schema), {"run_id": run_id, "note": note})
-
-
-def close_slot(conn: psycopg.Connection[Any], schema: str, job: str, slot: datetime) -> None:
-    """No further attempt of the slot, whatever attempts are left."""
-    conn.execute(query(CLOSE_SLOT, schema), {"job": job, "slot": slot})
+    conn.execute(query(NOTE, claim.schema),
+                 {"run_id": run_id, "holder_id": claim.holder_id, "note": note})

@@ -19,7 +19,7 @@ from typing import Any
 
 import psycopg
 
-from pglock import advisory, clock, database, lease, ledger, output, reentrant, retry, schema
+from pglock import advisory, clock, database, lease, ledger, output, reentrant, retry
 from pglock.child import CannotStart, Child
 from pglock.config import check_job, check_text, normalized_job, shown
 from pglock.database import Reconnecting
@@ -180,8 +180,15 @@ def plan_slot(options: RunOptions) -> tuple[ledger.Scheduled | None, float]:
 
 
 def acquire(session: Reconnecting, claim: lease.Claim, options: RunOptions,
-            start_by: float = float("inf"), notifier: Notifier | None = None) -> float | None:
-    """Try (or wait) for the lock; the stopwatch time the winning request was sent, or None."""
+            start_by: float = float("inf"), notifier: Notifier | None = None, *,
+            start: ledger.RunStart | None = None, gate: SignalGate | None = None,
+            ) -> float | None:
+    """Try (or wait) for the lock; the stopwatch time the winning request was sent, or None.
+
+    With `start`, the winning statement records the run as started too (claim.run), and
+    with `gate` signals are held back from that statement on: a run recorded as started
+    has a command to forward them to (_start unblocks them after the fork).
+    """
     if clock.now() > start_by:
         log.debug("job %r: skipped: started past --deadline", options.job)
         if notifier is not None:
@@ -191,10 +198,15 @@ def acquire(session: Reconnecting, claim: lease.Claim, options: RunOptions,
     attempt = 0
     with database.translated(f"cannot take the lock of job {options.job!r}"):
         conn = session.get()
-        schema.ensure(conn, options.schema)
         while True:
             sent = clock.now()
-            outcome = _try_acquire(session, conn, claim)
+            if gate is not None:
+                gate.block()
+            try:
+                outcome = _try_acquire(session, conn, claim, start)
+            finally:
+                if gate is not None and claim.run is None:
+                    gate.unblock()
             if outcome is lease.Attempt.WON:
                 if notifier is not None:
                     notifier.acquired(claim.fencing_token, claim.slot)
@@ -205,7 +217,7 @@ def acquire(session: Reconnecting, claim: lease.Claim, options: RunOptions,
                 if notifier is not None:
                     notifier.skipped(outcome.name.lower(), held_by=(
                         None if outcome is not lease.Attempt.HELD
-                        else lambda: lease.holder_of(conn, claim)))
+                        else lambda: claim.held_by or lease.holder_of(conn, claim)))
                 return None
             if claim.mode == "advisory":
                 # A held session lock short-cuts the acquire statement, which notes it.
@@ -215,16 +227,16 @@ def acquire(session: Reconnecting, claim: lease.Claim, options: RunOptions,
 
 
 def _try_acquire(session: Reconnecting, conn: psycopg.Connection[Any],
-                 claim: lease.Claim) -> lease.Attempt:
+                 claim: lease.Claim, start: ledger.RunStart | None) -> lease.Attempt:
     """One attempt; in advisory mode the session lock first, then the row."""
     if claim.mode == "lease":
-        return lease.try_acquire(conn, claim)
+        return lease.try_acquire(conn, claim, start)
     if not advisory.take(conn, claim):
         return lease.Attempt.HELD
     try:
         with session.connect() as other:
-            advisory.verify_session(conn, other, claim)
-        attempt = lease.try_acquire(conn, claim, advisory_held=True)
+            advisory.verify_session(other, claim)
+        attempt = lease.try_acquire(conn, claim, start)
     except BaseException:
         with contextlib.suppress(psycopg.Error):
             advisory.give_back(conn, claim)
@@ -233,13 +245,6 @@ def _try_acquire(session: Reconnecting, conn: psycopg.Connection[Any],
         # A lease-mode host holds the row, or the slot ran: whatever the session lock says.
         advisory.give_back(conn, claim)
     return attempt
-
-
-def lost_at_release(result: RunResult) -> RunResult:
-    """The result of a run whose lock was cleared or taken over before it released it."""
-    return dataclasses.replace(
-        result, outcome=Outcome.LOCK_LOST,
-        error="lock lost: it was cleared or taken over before the command ended")
 
 
 def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: RunResult,
@@ -270,17 +275,13 @@ def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: R
             try:
                 conn = session.get()
                 sent = clock.now()
-                # One transaction: nobody sees the lock free before the run has ended.
-                with conn.transaction():
-                    ours, kept, closes = _let_go(conn, claim, hold, keep)
-                    final = result if ours or result.outcome is Outcome.LOCK_LOST else (
-                        lost_at_release(result))
-                    # Nothing written: an earlier attempt of ours did commit, before the
-                    # connection broke, and its release found the lock ours.
-                    done = ledger.finish(conn, claim.schema, run_id, final, closes=closes)
-                    if done.recorded:
-                        recorded, finished = final, done
-                kept_at = sent if kept else None
+                # One statement: nobody sees the lock free before the run has ended.
+                done = ledger.finish(conn, claim, run_id, result, hold=hold, keep=keep)
+                # Nothing written: an earlier attempt of ours did commit, before the
+                # connection broke, and its release found the lock ours.
+                if done.recorded:
+                    recorded, finished = done.result or result, done
+                kept_at = sent if done.kept else None
                 failure = None
                 return
             except (psycopg.Error, PglockError) as error:
@@ -296,22 +297,6 @@ def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: R
     writer.start()
     writer.join(patience + 1.0)
     return recorded, finished, failure, kept_at
-
-
-def _let_go(conn: psycopg.Connection[Any], claim: lease.Claim, hold: float,
-            keep: bool) -> tuple[bool, bool, bool | None]:
-    """Release the lock, or (`keep`) renew it for the next attempt: whether it was ours,
-    whether it is kept, and whether the slot is closed by it (None: as the result says).
-
-    An operator's stop seen here ends the retries: the lock goes at once, the slot closes.
-    """
-    if not keep:
-        return lease.release(conn, claim, hold), False, None
-    renewal, _ = lease.renew(conn, claim)
-    if renewal is lease.Renewal.STOP:
-        return lease.release(conn, claim, 0.0), False, True
-    ours = renewal is lease.Renewal.OURS
-    return ours, ours, None
 
 
 # What the command finds in its environment (man pglock-run, ENVIRONMENT).
@@ -362,19 +347,25 @@ def execute(options: RunOptions, conninfo: str) -> int:
                         mode=options.mode, holder=options.holder,
                         slot=None if scheduled is None else scheduled.slot, rerun=options.rerun)
     notifier = Notifier(options.notify, job=options.job, holder=options.holder)
+    first = ledger.RunStart(command=shown(options.command[0]), scheduled=scheduled,
+                            retries=options.retries)
     try:
-        sent = acquire(session, claim, options, start_by, notifier)
+        sent = acquire(session, claim, options, start_by, notifier, start=first, gate=gate)
         if sent is None:
             return options.conflict_exit_code
         try:
             return _run_locked(session, claim, options, gate, sent, scheduled,
                                options.hold(started, sent), notifier)
         except Interrupted:
+            # A run recorded by the acquire but never started (the command was not forked)
+            # is left running; the next acquirer marks it abandoned.
             # Stopped before the command started: nothing ran, so nobody need wait for us.
             with contextlib.suppress(psycopg.Error, PglockError):
                 lease.release(session.get(), claim)
             raise
     finally:
+        # Held back since a winning acquire: delivered now if nothing forked (a bug).
+        gate.unblock()
         session.close()
         notifier.close()
 
@@ -407,16 +398,18 @@ def _start(session: Reconnecting, claim: lease.Claim, options: RunOptions, gate:
     scheduled one gets its slot's next.
     """
     # Signals wait from the start record to the fork: a run recorded as started always
-    # has a command to forward them to.
+    # has a command to forward them to. The first attempt's start was recorded by the
+    # acquire statement, since when they have been held back (acquire's `gate`).
     with gate.blocked():
+        run = claim.run
+        claim.run = None
         with database.translated(f"cannot record the start of job {options.job!r}"):
             conn = session.get()
             try:
-                run = ledger.start(conn, options.schema, job=options.job, mode=claim.mode,
-                                    holder=claim.holder, holder_pid=claim.holder_pid,
-                                    fencing_token=claim.fencing_token,
-                                    command=shown(options.command[0]), scheduled=scheduled,
-                                    retries=options.retries, attempt=attempt)
+                if run is None:
+                    run = ledger.start(conn, claim, ledger.RunStart(
+                        command=shown(options.command[0]), scheduled=scheduled,
+                        retries=options.retries, attempt=attempt))
             except (psycopg.errors.UniqueViolation, psycopg.errors.CheckViolation):
                 lease.release(conn, claim)
                 log.debug("job %r: skipped: this slot is done", options.job)
@@ -599,11 +592,8 @@ def _interrupted(session: Reconnecting, claim: lease.Claim, options: RunOptions,
                     "here (another host may run it)", options.job, last.run.attempt + 1)
     else:
         try:
-            conn = session.get()
-            with conn.transaction():
-                if why == "stop" and claim.slot is not None:
-                    ledger.close_slot(conn, options.schema, options.job, claim.slot)
-                lease.release(conn, claim, 0.0 if why == "stop" else hold)
+            lease.release(session.get(), claim, 0.0 if why == "stop" else hold,
+                          close_slot=claim.slot if why == "stop" else None)
         except (psycopg.Error, PglockError) as error:
             log.warning("job %r: the lock could not be released after the retries were "
                         "stopped (%s); it expires in its ttl", options.job,
@@ -703,14 +693,15 @@ def _after_slot(session: Reconnecting, options: RunOptions, claim: lease.Claim,
     env = command_environment(options, claim, last.run.id, last.run.attempt)
     note = notifier.after_run(last.result, before if newest else None, env)
     if note is not None and newest:
-        _add_note(session, options, last.run.id, note)
+        _add_note(session, options, claim, last.run.id, note)
 
 
-def _add_note(session: Reconnecting, options: RunOptions, run_id: int, note: str) -> None:
+def _add_note(session: Reconnecting, options: RunOptions, claim: lease.Claim, run_id: int,
+              note: str) -> None:
     """Record what the hooks and pings came to with the run, bounded as its end was."""
     def write() -> None:
         try:
-            ledger.add_note(session.get(), options.schema, run_id, note)
+            ledger.add_note(session.get(), claim, run_id, note)
         except (psycopg.Error, PglockError) as error:
             log.info("job %r: the note of run %d was not recorded: %s", options.job, run_id,
                      database.first_line(error))

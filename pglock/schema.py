@@ -20,7 +20,7 @@ from pglock.errors import DatabaseError, SchemaError
 from pglock.keys import advisory_key
 
 # The newest migration's number (a test checks it against sql/migrations/).
-VERSION = 3
+VERSION = 4
 
 _READ_VERSION = "SELECT value::int, pg_is_in_recovery() FROM {schema}.meta WHERE key = 'version'"
 # The creation lock is the advisory key of the empty job name, which no job can have.
@@ -28,8 +28,9 @@ _CREATION_LOCK = "SELECT pg_advisory_xact_lock(%s)"
 
 
 def query(text: str, schema: str) -> sql.Composed:
-    """A module's SQL constant with the schema name quoted in."""
-    return sql.SQL(text).format(schema=sql.Identifier(schema))
+    """A module's SQL constant with the schema name quoted in ({schema} as a name,
+    {schema_name} as a string literal: the advisory key computed in SQL hashes it)."""
+    return sql.SQL(text).format(schema=sql.Identifier(schema), schema_name=sql.Literal(schema))
 
 
 def migrations() -> list[tuple[int, str]]:

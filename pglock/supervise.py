@@ -71,6 +71,14 @@ class SignalGate:
         if self.stop_signal is None:
             self.stop_signal = signum
 
+    def block(self) -> None:
+        """Hold signals back (until unblock(), or the end of a blocked() section)."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+
+    def unblock(self) -> None:
+        """Deliver the signals held back (a stop signal raises Interrupted here)."""
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+
     @contextmanager
     def blocked(self) -> Iterator[None]:
         """Hold signals back while the command is forked, so none lands in between."""

@@ -42,6 +42,8 @@ from pglock.database import KEEPALIVES, describe
 from pglock.embedded import EmbeddedServer
 
 PYTHON = sys.executable
+# The holder name of the runs whose statements are counted (in their application_name).
+HOST = "bench-host"
 PGLOCK = str(Path(sys.executable).with_name("pglock"))
 SCHEMA = "bench"
 # As the test suite's server: durability off, so the SQL is cheap and pglock's own cost shows.
@@ -72,28 +74,29 @@ v = {"job": job, "mode": "lease", "holder": holder, "holder_pid": os.getpid(),
      "backend_pid": None, "advisory_held": False, "command": command[0], "slot": None,
      "schedule": None, "timezone": None, "next_slot": None, "grace": None,
      "min_hold": timedelta(0), "signal": None, "rerun": False, "handover_from": None,
-     "error": None, "output_tail": None, "empty": Jsonb({})}
+     "error": None, "output_tail": None, "version": VERSION, "retries": 0, "attempt": 1,
+     "keep": False, "closes": False, "hopeless": False,
+     "lost_error": "lock lost: it was cleared or taken over before the command ended"}
+v["lost_error_line"] = v["lost_error"]
 
 
 def params(names):
     return {name: v.get(name) for name in names}
 
 
-conn.execute(READ_VERSION).fetchone()
-slot_ran, paused, token, *_ = conn.execute(ACQUIRE, params(ACQUIRE_NAMES)).fetchone()
+(_, _, slot_ran, paused, token, _, _, run_id, *_) = conn.execute(
+    ACQUIRE, params(ACQUIRE_NAMES)).fetchone()
 if slot_ran or paused or token is None:
     conn.close()
     sys.exit(75)
 v["fencing_token"] = token
-v["run_id"] = conn.execute(START, params(START_NAMES)).fetchone()[0]
+v["run_id"] = run_id
 started = time.monotonic()
 pid = os.posix_spawnp(command[0], command, os.environ)
 code = os.waitstatus_to_exitcode(os.waitpid(pid, 0)[1])
 v.update(duration=timedelta(seconds=time.monotonic() - started), exit_code=code,
-         outcome="succeeded" if code == 0 else "failed")
-with conn.transaction():
-    conn.execute(RELEASE, params(RELEASE_NAMES))
-    conn.execute(FINISH, params(FINISH_NAMES))
+         outcome="succeeded" if code == 0 else "failed", error_line=f"exit {code}")
+conn.execute(FINISH, params(FINISH_NAMES)).fetchone()
 conn.close()
 sys.exit(code)
 '''
@@ -101,8 +104,9 @@ sys.exit(code)
 FLOOR_KNOWN = frozenset((
     "job", "mode", "holder", "holder_pid", "holder_id", "fencing_token", "ttl", "backend_pid",
     "advisory_held", "command", "slot", "schedule", "timezone", "next_slot", "grace",
-    "min_hold", "signal", "error", "rerun", "handover_from",
-    "output_tail", "empty", "run_id", "duration", "exit_code", "outcome"))
+    "min_hold", "signal", "error", "rerun", "handover_from", "version", "retries", "attempt",
+    "keep", "closes", "hopeless", "error_line", "lost_error", "lost_error_line",
+    "output_tail", "run_id", "duration", "exit_code", "outcome"))
 
 
 class BenchError(Exception):
@@ -248,15 +252,13 @@ def drop_schema(conninfo: str, name: str) -> None:
 def write_floor(directory: Path, conninfo: str) -> Path:
     """The floor script, with the SQL of a run rendered from pglock's own constants."""
     with psycopg.connect(conninfo, autocommit=True) as conn:
-        statements = {
-            "READ_VERSION": pglock_schema._READ_VERSION, "ACQUIRE": lease.ACQUIRE,
-            "START": ledger.START, "FINISH": ledger.FINISH, "RELEASE": lease.RELEASE}
+        statements = {"ACQUIRE": lease.ACQUIRE, "FINISH": ledger.FINISH}
         rendered = {name: pglock_schema.query(text, SCHEMA).as_string(conn)
                     for name, text in statements.items()}
     head = ['"""The floor of `pglock run`: its connection and SQL, none of its Python."""',
             "import os", "import sys", "import time", "from datetime import timedelta", "",
-            "import psycopg", "from psycopg.types.json import Jsonb", "",
-            f"KEEPALIVES = {KEEPALIVES!r}"]
+            "import psycopg", "",
+            f"KEEPALIVES = {KEEPALIVES!r}", f"VERSION = {pglock_schema.VERSION!r}"]
     head += [f"{name} = {text!r}" for name, text in rendered.items()]
     unknown: set[str] = set()
     for name, text in rendered.items():
@@ -285,6 +287,75 @@ def wait_held(conninfo: str, job: str, holder: subprocess.Popen[Any],
             time.sleep(0.05)
 
 
+# ---------------------------------------------------------------- 0. round trips
+
+# Every statement the server receives, named by the client's application_name.
+COUNTING_SETTINGS = {**SETTINGS, "log_statement": "all", "log_line_prefix": "%a|"}
+WINNER_TARGET, LOSER_TARGET = 2, 1
+
+
+def count_statements(log: Path, offset: int, application: str) -> int:
+    """Statements logged since `offset` by sessions of that application_name."""
+    with log.open("rb") as file:
+        file.seek(offset)
+        text = file.read().decode(errors="replace")
+    pattern = re.compile(rf"^{re.escape(application)}\|\S* ?LOG:  (statement|execute [^:]*): ",
+                         re.MULTILINE)
+    return len(pattern.findall(text))
+
+
+def statements_of(server: EmbeddedServer, env: dict[str, str], job: str,
+                  *args: str, expected: int = 0) -> int:
+    """Run `pglock run --job JOB ARGS -- true`; how many statements it sent."""
+    offset = server.log_path.stat().st_size
+    sample = timed([PGLOCK, "run", "--job", job, *args, "--", "true"], env)
+    if sample.returncode != expected:
+        raise BenchError(f"run {job} {' '.join(args)} exited {sample.returncode}, not "
+                         f"{expected}: {sample.stderr.strip()[-300:]}")
+    time.sleep(0.2)  # the logger writes asynchronously to the file
+    return count_statements(server.log_path, offset, f"pglock run {job} on {HOST}"[:63])
+
+
+def bench_statements(tmp: Path) -> None:
+    """Statements a winner and a loser send after connecting, counted by the server."""
+    server = EmbeddedServer(tmp / "pg-statements", settings=COUNTING_SETTINGS)
+    conninfo = server.join()
+    try:
+        env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA, PGLOCK_HOLDER=HOST)
+        # The first run creates the schema (not counted: once per database).
+        statements_of(server, env, "warm", "--min-hold", "0")
+        counts = {
+            "lease winner": statements_of(server, env, "x", "--min-hold", "60"),
+            "lease loser": statements_of(server, env, "x", expected=CONFLICT),
+            "advisory winner": statements_of(server, env, "y", "--mode", "advisory",
+                                             "--min-hold", "60"),
+            "advisory loser (hold)": statements_of(server, env, "y", "--mode", "advisory",
+                                                   expected=CONFLICT),
+        }
+        holder = subprocess.Popen([PGLOCK, "run", "--job", "z", "--mode", "advisory", "--",
+                                   "sleep", "600"], env=env, stdin=subprocess.DEVNULL,
+                                  stdout=subprocess.DEVNULL)
+        try:
+            wait_held(conninfo, "z", holder)
+            counts["advisory loser (running)"] = statements_of(
+                server, env, "z", "--mode", "advisory", expected=CONFLICT)
+        finally:
+            stop_process(holder)
+    finally:
+        server.leave()
+    for name, target in (("lease winner", WINNER_TARGET), ("lease loser", LOSER_TARGET)):
+        passed = counts[name] <= target
+        VERDICTS.append((f"statements {name}", passed))
+        print(f"statements {name:<16} {counts[name]}  target <= {target}  "
+              f"{'PASS' if passed else 'MISS'}")
+    print(f"statements {'advisory winner':<16} {counts['advisory winner']}  (no target: "
+          "the session lock, a check from a second connection that it is not pooled, the "
+          "acquire, the finish)")
+    print(f"statements {'advisory loser':<16} {counts['advisory loser (running)']} against a "
+          f"running holder (its session lock), {counts['advisory loser (hold)']} in a hold "
+          "(the session lock is free: the check, the acquire, the unlock)")
+
+
 # ---------------------------------------------------------------- 1. run versus its floor
 
 
@@ -306,7 +377,7 @@ def bench_run(stack: contextlib.ExitStack, conninfo: str, floor: Path, runs: int
             [PYTHON, str(floor), "held", "true"])
     pg, fl = interleaved("run true (lost)", *lose, env, runs, expected=CONFLICT)
     report("run true (lost)", pg, fl, limit=RUN_BUDGET,
-           note="floor: connect, version check, ACQUIRE")
+           note="floor: connect, ACQUIRE")
     stop_process(holder)
 
 
@@ -1026,8 +1097,8 @@ def parse_args() -> argparse.Namespace:
                              " quick 1,000,000)")
     parser.add_argument("--quick", action="store_true", help="fewer iterations, for smoke use")
     parser.add_argument("--only", action="append", metavar="SECTION",
-                        help="run only these sections: run, notify, embedded, startup, imports, "
-                             "memory, herd, status (repeatable)")
+                        help="run only these sections: statements, run, notify, embedded, "
+                             "startup, imports, memory, herd, status (repeatable)")
     return parser.parse_args()
 
 
@@ -1042,7 +1113,8 @@ def header(conninfo: str, external: bool, runs: int, herd: int) -> None:
           f" schema {SCHEMA!r}")
     print(f"runs: {runs} per figure, pglock and floor interleaved; herd of {herd}")
     print("floor: same interpreter; import psycopg, connect (same parameters), the SQL of a run"
-          " (version check, ACQUIRE, START, FINISH, RELEASE), spawn the command")
+          " (ACQUIRE with the start record and the version check, FINISH with the release), "
+          "spawn the command")
 
 
 def main() -> int:
@@ -1066,6 +1138,7 @@ def main() -> int:
         # PYTHONDONTWRITEBYTECODE would recompile every module on every run.
         compileall.compile_dir(str(Path(pglock.__file__).parent), quiet=1)
         sections: list[tuple[str, Callable[[], None]]] = [
+            ("statements", lambda: bench_statements(tmp)),
             ("run", lambda: bench_run(stack, conninfo, floor, runs)),
             ("notify", lambda: bench_notify(conninfo, tmp, runs)),
             ("embedded", lambda: bench_embedded(stack, tmp, conninfo, runs)),

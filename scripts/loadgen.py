@@ -62,9 +62,10 @@ FAST = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
 class Contender:
     """One simulated `pglock run --job JOB` on host HOLDER, on connections of its own.
 
-    When pglock's statements are regrouped (acquire and start record in one, end record
-    and release in one), only these methods change: a merged acquire-and-start makes
-    start() a no-op, and the loads above keep calling acquire, start, renew, end.
+    pglock's winner records its start in the acquire statement (one call of the schema's
+    acquire function) and its end with the release (one call of finish): start() only
+    reads the run the acquire recorded; the loads above keep calling acquire, start,
+    renew, end.
     """
 
     def __init__(self, conninfo: str, schema: str, job: str, holder: str, *,
@@ -85,16 +86,16 @@ class Contender:
         self.renewer: Renewer | None = None
 
     def acquire(self) -> bool:
-        """Connect, check the schema, try the lock (run.acquire); whether it was won."""
-        self.sent = run.acquire(self.session, self.claim, self.options)
+        """Connect, try the lock and record the start (run.acquire); whether it was won."""
+        self.sent = run.acquire(self.session, self.claim, self.options,
+                                start=ledger.RunStart(command="true"))
         return self.sent is not None
 
     def start(self) -> int:
-        """The start record, as run._start writes it (the command itself is not spawned)."""
-        started = ledger.start(self.session.get(), self.options.schema, job=self.options.job,
-                               mode=self.claim.mode, holder=self.claim.holder,
-                               holder_pid=self.claim.holder_pid,
-                               fencing_token=self.claim.fencing_token, command="true")
+        """The start record the winning acquire wrote (the command itself is not spawned)."""
+        started = self.claim.run
+        assert started is not None
+        self.claim.run = None
         self.run_id = started.id
         return started.id
 

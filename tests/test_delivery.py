@@ -111,17 +111,18 @@ def test_the_database_refuses_an_attempt_past_the_limit(env: Env) -> None:
     """The CHECK on the slot's row, whatever the acquire statement decided."""
     import psycopg
 
-    from pglock import ledger, schema
+    from pglock import lease, ledger, schema
 
     slot = datetime(2026, 1, 1, tzinfo=UTC)
     scheduled = ledger.Scheduled(YEARLY, "UTC", slot, slot + timedelta(days=365), 60.0)
     with psycopg.connect(env.dsn, autocommit=True) as conn:
         schema.ensure(conn, env.schema)
+        claim = lease.Claim(job="capped", schema=env.schema, ttl=60)
+        assert lease.try_acquire(conn, claim) is lease.Attempt.WON
 
         def start() -> ledger.StartedRun:
-            return ledger.start(conn, env.schema, job="capped", mode="lease", holder="h",
-                                holder_pid=1, fencing_token=None, command="true",
-                                scheduled=scheduled, retries=1)
+            return ledger.start(conn, claim, ledger.RunStart(
+                command="true", scheduled=scheduled, retries=1))
 
         assert [(r.attempt, r.attempt_limit) for r in (start(), start())] == [(1, 2), (2, 2)]
         with pytest.raises(psycopg.errors.CheckViolation):

@@ -21,7 +21,6 @@ from conftest import PGLOCK, TEST_SETTINGS
 
 from pglock import admin, advisory, lease, ledger, schema
 from pglock.embedded import EmbeddedServer
-from pglock.keys import advisory_key
 
 SCHEMA = "durable"
 
@@ -102,23 +101,21 @@ def test_every_write_waits_for_the_synchronous_standby(unreachable_standby: str)
         schema.query("INSERT INTO {schema}.meta VALUES ('control', 'x')", SCHEMA)))
 
     claim = lease.Claim(job="durable", schema=SCHEMA, ttl=60)
-    assert session.waited(lambda: lease.try_acquire(conn, claim))
-    assert claim.fencing_token == 1
+    assert session.waited(lambda: lease.try_acquire(conn, claim, ledger.RunStart("true")))
+    assert claim.fencing_token == 1 and claim.run is not None
     assert session.waited(lambda: lease.renew(conn, claim))
     started: list[ledger.StartedRun] = []
     assert session.waited(lambda: started.append(ledger.start(
-        conn, SCHEMA, job="durable", mode="lease", holder="h", holder_pid=1,
-        fencing_token=claim.fencing_token, command="true")))
+        conn, claim, ledger.RunStart("true", attempt=2))))
     result = ledger.RunResult(outcome=ledger.Outcome.SUCCEEDED, exit_code=0, duration=1.0)
-    assert session.waited(lambda: ledger.finish(conn, SCHEMA, started[0].id, result))
+    assert session.waited(lambda: ledger.finish(conn, claim, started[0].id, result, keep=True))
+    assert session.waited(lambda: ledger.finish(conn, claim, claim.run.id, result))
     assert session.waited(lambda: lease.release(conn, claim))
 
     advisory_claim = lease.Claim(job="durable-advisory", schema=SCHEMA, ttl=60, mode="advisory")
-    assert session.waited(lambda: lease.try_acquire(conn, advisory_claim))
     assert advisory.take(conn, advisory_claim)
-    key = advisory_key(SCHEMA, advisory_claim.job)
-    assert session.waited(lambda: conn.execute(
-        schema.query(advisory.RENEW, SCHEMA), advisory_claim.params(key=key)))
+    assert session.waited(lambda: lease.try_acquire(conn, advisory_claim))
+    assert session.waited(lambda: lease.renew(conn, advisory_claim))
 
     assert session.waited(lambda: conn.execute(schema.query(admin.CLEAR, SCHEMA), {
         "job": "durable-advisory", "fencing_token": advisory_claim.fencing_token, "now": True,

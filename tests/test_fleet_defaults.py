@@ -65,10 +65,11 @@ def test_wait_is_a_handover_and_a_fresh_trigger_is_not(env: Env) -> None:
     # Already waiting while the holder runs: it gets the lock when the holder releases.
     waiter = env.popen("run", "--job", "serial", "--wait", "60s", "--min-hold", "0", "--",
                        "true")
-    # Its first attempt (the acquire statement, the last its session ran) found it held.
+    # Its first attempt (the acquire statement, the last its session ran) found it held;
+    # the holder's session, idle while its command runs, last ran its own acquire.
     env.wait_for(lambda: env.query(
         "SELECT count(*) FROM pg_stat_activity WHERE application_name LIKE 'pglock run serial%%'"
-        " AND state = 'idle' AND query LIKE '%%slot_ran%%'")[0][0] > 0, what="the waiter")
+        " AND state = 'idle' AND query LIKE '%%.acquire(%%'")[0][0] > 1, what="the waiter")
     stop.touch()
     assert holder.communicate(timeout=30) == ("", "") and holder.returncode == 0
     assert waiter.communicate(timeout=60) == ("", "") and waiter.returncode == 0

@@ -23,12 +23,35 @@ SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
 FROM pg_constraint WHERE connamespace = %s::regnamespace ORDER BY 1, 2
 """
 INDEXES = "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY 1"
+FUNCTIONS = """
+SELECT proname, pg_get_function_identity_arguments(oid), prosecdef, proconfig, prosrc,
+       proacl
+FROM pg_proc WHERE pronamespace = %s::regnamespace ORDER BY 1
+"""
+
+# What a pglock of version 3 sends to renew and release its lock: a holder that started
+# before the upgrade goes on with these, straight on the tables, as the owner's role.
+V3_RENEW = """
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true))
+UPDATE {schema}.locks
+SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
+FROM durable
+WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
+  AND cleared_at IS NULL
+RETURNING expires_at
+"""
+V3_RELEASE = """
+UPDATE {schema}.locks SET expires_at = clock_timestamp(), released_at = clock_timestamp()
+WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
+  AND cleared_at IS NULL
+RETURNING released_at
+"""
 
 
 def shape(env: Env, name: str) -> list[Any]:
     with psycopg.connect(env.dsn, autocommit=True) as conn:
         found: list[Any] = []
-        for text in (COLUMNS, CONSTRAINTS, INDEXES):
+        for text in (COLUMNS, CONSTRAINTS, INDEXES, FUNCTIONS):
             rows = conn.execute(text, (name,)).fetchall()
             # Index and constraint text names the schema; compare them without it.
             found += [tuple(str(v).replace(f'"{name}".', "").replace(f"{name}.", "")
@@ -68,10 +91,14 @@ def test_every_earlier_version_upgrades_in_place(env: Env, old: int) -> None:
         (str(schema.VERSION),)]
     assert env.query("SELECT job, outcome FROM {schema}.runs ORDER BY id") == [
         ("kept", "succeeded"), ("after", "succeeded")]
-    # The holder from before the upgrade still renews and releases its lock.
+    # The holder from before the upgrade still renews and releases its lock, with its own
+    # statements; and the functions know its row too.
     with psycopg.connect(env.dsn, autocommit=True) as conn:
+        renewed = conn.execute(schema.query(V3_RENEW, env.schema), claim.params()).fetchone()
+        assert renewed is not None
         assert lease.renew(conn, claim)[0] is lease.Renewal.OURS
-        lease.release(conn, claim)
+        released = conn.execute(schema.query(V3_RELEASE, env.schema), claim.params())
+        assert released.fetchone() is not None
     contender = env.run("run", "--job", "held", "--", "true")
     assert contender.returncode == 0, contender
     assert env.query("SELECT fencing_token FROM {schema}.locks WHERE job = 'held'") == [(8,)]

@@ -95,3 +95,70 @@ def test_check_with_a_config_it_cannot_read_is_unknown(
     assert cli.main(["metrics"]) == 125
     captured = capsys.readouterr()
     assert captured.out == "" and "does not exist" in captured.err
+
+
+@pytest.mark.parametrize(("argv", "code", "role"), [
+    (["run", "--job", "x", "--", "true"], 125, "pglock_runner"),
+    (["status"], 1, "pglock_reader"),
+    (["history", "--job", "x"], 1, "pglock_reader"),
+    (["metrics"], 125, "pglock_reader"),
+    (["clear", "--job", "x", "--yes"], 1, "pglock_operator"),
+    (["prune", "--older-than", "1d", "--yes"], 1, "pglock_operator"),
+    (["pause", "--job", "x", "--reason", "r"], 1, "pglock_operator"),
+    (["resume", "--job", "x"], 1, "pglock_operator"),
+    (["forget", "--job", "x", "--reason", "r"], 1, "pglock_operator"),
+])
+def test_a_refused_privilege_names_the_role_that_has_it(
+        argv: list[str], code: int, role: str, monkeypatch: pytest.MonkeyPatch,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    import psycopg
+
+    from pglock.errors import DatabaseError
+
+    def refused(dsn: str | None) -> config.Target:
+        try:
+            raise psycopg.errors.InsufficientPrivilege("permission denied for table locks")
+        except psycopg.Error as error:
+            # As database.translated wraps it, on the run path; bare elsewhere.
+            if argv[0] == "run":
+                raise DatabaseError(f"cannot take the lock: {error}") from error
+            raise
+
+    monkeypatch.setattr(config, "resolve_target", refused)
+    assert cli.main(argv) == code
+    captured = capsys.readouterr()
+    assert captured.err == (f"pglock: pglock {argv[0]} needs the {role} role "
+                            "(permission denied for table locks)\n")
+    assert captured.out == ""
+
+
+def test_check_answers_unknown_for_a_refused_privilege(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import psycopg
+
+    def refused(dsn: str | None) -> config.Target:
+        raise psycopg.errors.InsufficientPrivilege("permission denied for table jobs")
+
+    monkeypatch.setattr(config, "resolve_target", refused)
+    assert cli.main(["check"]) == 3
+    captured = capsys.readouterr()
+    assert captured.out == ("PGLOCK UNKNOWN - pglock check needs the pglock_reader role "
+                            "(permission denied for table jobs)\n")
+
+
+def test_a_schema_that_cannot_be_created_keeps_its_own_advice(
+        monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    import psycopg
+
+    from pglock.errors import SchemaError
+
+    def refused(dsn: str | None) -> config.Target:
+        try:
+            raise psycopg.errors.InsufficientPrivilege("permission denied for database x")
+        except psycopg.Error as error:
+            raise SchemaError("cannot create or upgrade schema 'pglock': ask a DBA") from error
+
+    monkeypatch.setattr(config, "resolve_target", refused)
+    assert cli.main(["run", "--job", "x", "--", "true"]) == 125
+    assert capsys.readouterr().err == (
+        "pglock: cannot create or upgrade schema 'pglock': ask a DBA\n")
