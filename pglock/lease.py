@@ -62,10 +62,7 @@ WHERE job = %(job)s AND expires_at > clock_timestamp()
 # still holds the job's lock: not released, cleared or expired. What a reentrant run
 # checks before running its command under that lock.
 HELD_BY = """
-SELECT EXISTS (SELECT 1 FROM {schema}.locks
-               WHERE job = %(job)s AND holder_id = %(holder_id)s
-                 AND fencing_token = %(fencing_token)s AND cleared_at IS NULL
-                 AND released_at IS NULL AND expires_at > clock_timestamp())
+SELECT {schema}.holds(%(job)s, %(holder_id)s, %(fencing_token)s)
 """
 
 RELEASE = """

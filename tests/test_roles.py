@@ -75,6 +75,12 @@ def test_the_runner_runs_jobs_in_both_modes_and_nothing_else(env: Env,
         assert (lost.returncode, lost.stderr) == (75, ""), lost
     assert [r["outcome"] for r in env.runs("j-lease") + env.runs("j-advisory")] == [
         "succeeded", "succeeded"]
+    # A nested run of its own job confirms its inherited claim through `holds` (a runner
+    # cannot read holder ids) and runs its command under the outer lock.
+    nested = env.run("run", "--job", "j-nested", "--dsn", runner, "--", PGLOCK, "run",
+                     "--job", "j-nested", "--dsn", runner, "--", "sh", "-c", "exit 7")
+    assert (nested.returncode, nested.stderr) == (7, ""), nested
+    assert [r["exit_code"] for r in env.runs("j-nested")] == [7]
     for args in OPERATOR_COMMANDS:
         assert refused(env, runner, *args) == (1, args[0], "pglock_operator")
     reads: tuple[tuple[str, ...], ...] = (("status",), ("history",), ("metrics",))
@@ -84,7 +90,7 @@ def test_the_runner_runs_jobs_in_both_modes_and_nothing_else(env: Env,
         assert code == (125 if args[0] == "metrics" else 1)
     # Nothing an operator command did got through.
     assert env.query("SELECT job FROM {schema}.pauses") == []
-    assert len(env.query("SELECT 1 FROM {schema}.jobs WHERE forgotten_at IS NULL")) == 2
+    assert len(env.query("SELECT 1 FROM {schema}.jobs WHERE forgotten_at IS NULL")) == 3
 
 
 @pytest.mark.slow
@@ -192,8 +198,9 @@ def test_the_run_path_is_only_functions_and_public_cannot_call_them(env: Env) ->
         "SELECT p.proname, p.prosecdef, p.proconfig, "
         "has_function_privilege('public', p.oid, 'EXECUTE') "
         "FROM pg_proc p WHERE p.pronamespace = %s::regnamespace ORDER BY 1", (env.schema,))
-    assert [r[0] for r in rows] == ["acquire", "advisory_key", "finish", "note", "record_start",
-                                    "release", "renew", "session_holds", "start_run"]
+    assert [r[0] for r in rows] == ["acquire", "advisory_key", "finish", "holds", "note",
+                                    "record_start", "release", "renew", "session_holds",
+                                    "start_run"]
     for name, definer, config, public in rows:
         assert config == ["search_path=pg_catalog, pg_temp"], name
         assert not public, name
