@@ -58,6 +58,9 @@ SELECT holder FROM {schema}.locks
 WHERE job = %(job)s AND expires_at > clock_timestamp()
 """
 
+# Whether a claim (its holder id and token) holds the job's lock now (a nested run).
+HELD_BY = "SELECT {schema}.held_by(%(job)s, %(holder_id)s, %(fencing_token)s)"
+
 RELEASE = """
 SELECT {schema}.release(%(job)s, %(holder_id)s, %(fencing_token)s, %(min_hold)s,
                         %(close_slot)s)
@@ -231,3 +234,11 @@ def holder_of(conn: psycopg.Connection[Any], lease: Claim) -> str | None:
     """Who holds the job's lock now (None: nobody, it has just been let go)."""
     row = conn.execute(query(HOLDER, lease.schema), lease.params()).fetchone()
     return None if row is None else str(row[0])
+
+
+def held_by(conn: psycopg.Connection[Any], schema: str, job: str, holder_id: str,
+            fencing_token: int) -> bool:
+    """Whether the holder with this id and token holds the job's lock now."""
+    row = conn.execute(query(HELD_BY, schema), {
+        "job": job, "holder_id": holder_id, "fencing_token": fencing_token}).fetchone()
+    return row is not None and bool(row[0])

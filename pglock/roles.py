@@ -34,6 +34,7 @@ RUN_FUNCTIONS = (
     "finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer, text, "
     "text, bytea, boolean, boolean, text, text, text)",
     "note(bigint, text, text)",
+    "held_by(text, text, bigint)",
 )
 
 # The tables a reader reads whole (locks: every column but holder_id).

@@ -171,6 +171,9 @@ def test_a_runner_cannot_take_over_a_live_lease(env: Env, roles: dict[str, str])
             done = ledger.finish(conn, guess, run_id, result)
             assert (done.recorded, done.ours) == (False, False)
             ledger.add_note(conn, guess, run_id, "mine")
+            # A nested run confirms its own claim, and only its own.
+            assert lease.held_by(conn, env.schema, "held", holder_id, token)
+            assert not lease.held_by(conn, env.schema, "held", guess.holder_id, token)
             # Advisory mode: holding some other advisory lock proves nothing.
             conn.execute("SELECT pg_advisory_lock(42)")
             sly = lease.Claim(job="held", schema=env.schema, ttl=60, mode="advisory",
@@ -192,8 +195,9 @@ def test_the_run_path_is_only_functions_and_public_cannot_call_them(env: Env) ->
         "SELECT p.proname, p.prosecdef, p.proconfig, "
         "has_function_privilege('public', p.oid, 'EXECUTE') "
         "FROM pg_proc p WHERE p.pronamespace = %s::regnamespace ORDER BY 1", (env.schema,))
-    assert [r[0] for r in rows] == ["acquire", "advisory_key", "finish", "note", "record_start",
-                                    "release", "renew", "session_holds", "start_run"]
+    assert [r[0] for r in rows] == ["acquire", "advisory_key", "finish", "held_by", "note",
+                                    "record_start", "release", "renew", "session_holds",
+                                    "start_run"]
     for name, definer, config, public in rows:
         assert config == ["search_path=pg_catalog, pg_temp"], name
         assert not public, name

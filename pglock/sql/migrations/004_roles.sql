@@ -433,6 +433,18 @@ BEGIN
 END
 $$;
 
+-- Whether the claim (holder id and token) holds the job's lock now: a nested run of the
+-- same job confirms what its environment says (PGLOCK_HOLDER_ID), without the runner
+-- reading holder ids.
+CREATE FUNCTION {schema}.held_by(p_job text, p_holder_id text, p_fencing_token bigint)
+RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT 1 FROM {schema}.locks
+                   WHERE job = p_job AND holder_id = p_holder_id
+                     AND fencing_token = p_fencing_token AND cleared_at IS NULL
+                     AND released_at IS NULL AND expires_at > clock_timestamp())
+$$;
+
 -- Functions are executable by PUBLIC by default: none of these is.
 REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text),
     {schema}.record_start(text, timestamptz, text, text, integer, text, bigint, text, text,
@@ -445,7 +457,8 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
     {schema}.release(text, text, bigint, interval, timestamptz),
     {schema}.finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer,
                     text, text, bytea, boolean, boolean, text, text, text),
-    {schema}.note(bigint, text, text)
+    {schema}.note(bigint, text, text),
+    {schema}.held_by(text, text, bigint)
 FROM PUBLIC;
 
 UPDATE {schema}.meta SET value = '4' WHERE key = 'version';
