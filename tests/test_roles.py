@@ -177,6 +177,9 @@ def test_a_runner_cannot_take_over_a_live_lease(env: Env, roles: dict[str, str])
             done = ledger.finish(conn, guess, run_id, result)
             assert (done.recorded, done.ours) == (False, False)
             ledger.add_note(conn, guess, run_id, "mine")
+            # A nested run confirms its own claim, and only its own.
+            assert lease.held_by(conn, env.schema, "held", holder_id, token)
+            assert not lease.held_by(conn, env.schema, "held", guess.holder_id, token)
             # Advisory mode: holding some other advisory lock proves nothing.
             conn.execute("SELECT pg_advisory_lock(42)")
             sly = lease.Claim(job="held", schema=env.schema, ttl=60, mode="advisory",
