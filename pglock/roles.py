@@ -23,10 +23,10 @@ LOCK_COLUMNS = ("job, mode, holder, holder_pid, fencing_token, ttl, acquired_at,
                 "expires_at, released_at, backend_pid, cleared_at, cleared_by, "
                 "stop_requested_at, stop_requested_by, stop_reason")
 
-# The run path's functions (sql/migrations/004_roles.sql), by signature.
+# The run path's functions (sql/migrations/004_roles.sql, 005_seats.sql), by signature.
 RUN_FUNCTIONS = (
     "acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint, "
-    "boolean, text, text, text, timestamptz, interval, integer, integer)",
+    "boolean, text, text, text, timestamptz, interval, integer, integer, integer)",
     "start_run(text, text, bigint, text, timestamptz, text, text, timestamptz, interval, "
     "integer, integer)",
     "renew(text, text, bigint, boolean)",
