@@ -464,6 +464,12 @@ def holder_line(job: Job) -> str:
     """Who holds the job's lock, for the question `clear` asks."""
     lock = job.holding
     assert lock is not None
+    if job.seats is not None:
+        holders = ", ".join(f"seat {seat.seat} {escaped(seat.lock.holder)}:"
+                            f"{seat.lock.holder_pid} (token {seat.lock.fencing_token})"
+                            for seat in job.seats.holders if seat.lock.released_at is None)
+        return (f"job {job.name!r} runs on {job.seats.used} of its {job.seats.limit} seats: "
+                f"{holders}; clear takes every one")
     text = (f"job {job.name!r} is held by {escaped(lock.holder)}:{lock.holder_pid} "
             f"({lock.mode} mode, "
             f"token {lock.fencing_token}) for {took(job.seconds_since(lock.acquired_at))}")
@@ -492,6 +498,11 @@ def cleared_line(done: Cleared) -> str:
     free = ("free for others now" if done.free_in < 0.5
             else f"free for others in {format_duration(done.free_in)} (at {when(done.free_at)}), "
                  "once the holder has had its time to stop")
+    if done.seats:
+        return (f"cleared job {done.job!r}: seat{'s' if len(done.seats) > 1 else ''} "
+                f"{', '.join(map(str, done.seats))} of its semaphore; each holder's next "
+                f"renewal fails and it stops its command; {free}; audit rows from "
+                f"{done.audit_id}")
     return (f"cleared job {done.job!r} from {escaped(lock.holder)}:{lock.holder_pid} "
             f"({lock.mode} mode, "
             f"token {lock.fencing_token}); its next renewal fails and it stops its command; "

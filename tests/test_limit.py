@@ -105,3 +105,41 @@ def test_limit_two_of_ten_runs_two_at_once_and_tokens_per_seat_increase(env: Env
     # Each run's history row says its seat and that seat's token.
     assert sorted((r["seat"], r["fencing_token"], r["outcome"]) for r in env.runs("sem")) == [
         (1, 1, "succeeded"), (1, 2, "succeeded"), (2, 1, "succeeded"), (2, 2, "succeeded")]
+
+
+def test_a_plain_run_and_a_semaphore_of_the_same_job_exclude_each_other(env: Env) -> None:
+    """A job is a lock or a semaphore at one time: each treats the other's holders as the
+    job held, so a host whose command line lost --limit cannot run beside the seats."""
+    seats, _ = env.start_holder("mixed", "--limit", "3")
+    plain = env.run("run", "--job", "mixed", "--", "true")
+    assert (plain.returncode, plain.stderr) == (75, ""), plain
+    seats.terminate()
+    seats.communicate(timeout=60)
+    lock, _ = env.start_holder("plain", "--min-hold", "0")
+    semaphore = env.run("run", "--job", "plain", "--limit", "3", "--", "true")
+    assert (semaphore.returncode, semaphore.stderr) == (75, ""), semaphore
+    lock.terminate()
+    lock.communicate(timeout=60)
+
+
+@pytest.mark.slow
+def test_clear_takes_every_seat_and_each_holder_stops(env: Env) -> None:
+    first, _ = env.start_holder("sem", "--limit", "3", "--ttl", "5s")
+    second, _ = env.start_holder("sem", "--limit", "3", "--ttl", "5s")
+    shown = env.run("status", "--job", "sem")
+    assert "running 2/3" in shown.stdout, shown.stdout
+    assert "seat 1: " in shown.stdout and "seat 2: " in shown.stdout, shown.stdout
+    cleared = env.run("clear", "--job", "sem", "--yes", "--now", "--reason", "stuck")
+    assert cleared.returncode == 0, cleared
+    assert cleared.stdout.startswith("cleared job 'sem': seats 1, 2 of its semaphore"), cleared
+    # Each holder finds its seat cleared at its next renewal and stops its command.
+    for holder in (first, second):
+        holder.communicate(timeout=60)
+        assert holder.returncode == 125
+    assert sorted((r["seat"], r["outcome"]) for r in env.runs("sem")) == [
+        (1, "cleared"), (1, "lock_lost"), (2, "cleared"), (2, "lock_lost")]
+    assert env.query("SELECT count(*) FROM {schema}.audit WHERE action = 'clear'") == [(2,)]
+    # Free at once (--now): the next run takes seat 1 with its next token.
+    again = env.run("run", "--job", "sem", "--limit", "3", "--",
+                    "sh", "-c", 'echo "$PGLOCK_SEAT $PGLOCK_FENCING_TOKEN"')
+    assert (again.returncode, again.stdout) == (0, "1 2\n"), again
