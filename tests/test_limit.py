@@ -124,10 +124,12 @@ def test_a_plain_run_and_a_semaphore_of_the_same_job_exclude_each_other(env: Env
 
 @pytest.mark.slow
 def test_clear_takes_every_seat_and_each_holder_stops(env: Env) -> None:
-    first, _ = env.start_holder("sem", "--limit", "3", "--ttl", "5s")
-    second, _ = env.start_holder("sem", "--limit", "3", "--ttl", "5s")
+    holding = ["--limit", "3", "--ttl", "5s", "--", "sleep", "60"]
+    first = env.popen("run", "--job", "sem", *holding)
+    env.wait_for(lambda: "running 1/3" in env.run("status").stdout, what="the first seat")
+    second = env.popen("run", "--job", "sem", *holding)
+    env.wait_for(lambda: "running 2/3" in env.run("status").stdout, what="the second seat")
     shown = env.run("status", "--job", "sem")
-    assert "running 2/3" in shown.stdout, shown.stdout
     assert "seat 1: " in shown.stdout and "seat 2: " in shown.stdout, shown.stdout
     cleared = env.run("clear", "--job", "sem", "--yes", "--now", "--reason", "stuck")
     assert cleared.returncode == 0, cleared
