@@ -54,6 +54,48 @@ WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), cleared A
 SELECT a.id, c.expires_at, greatest(0, extract(epoch FROM c.expires_at - clock_timestamp()))
 FROM cleared c, audit a, durable
 """
+# A semaphore job (--limit): every seat whose holder the operator was shown (its seat and
+# fencing token) and that still runs, each with its history row and audit row.
+CLEAR_SEATS = """
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true)), cleared AS (
+    UPDATE {schema}.seats s
+    SET cleared_at = coalesce(s.cleared_at, clock_timestamp()), cleared_by = %(by)s,
+        expires_at = CASE WHEN %(now)s THEN clock_timestamp()
+                          WHEN s.cleared_at IS NOT NULL THEN s.expires_at
+                          ELSE clock_timestamp() + s.ttl END
+    FROM unnest(%(seats)s::integer[], %(tokens)s::bigint[]) AS shown(seat, fencing_token)
+    WHERE s.job = %(job)s AND s.seat = shown.seat AND s.fencing_token = shown.fencing_token
+      AND s.released_at IS NULL AND s.expires_at > clock_timestamp()
+    RETURNING s.job, s.seat, s.mode, s.holder, s.holder_pid, s.fencing_token, s.expires_at
+), audit AS (
+    INSERT INTO {schema}.runs (job, mode, holder, holder_pid, fencing_token, command,
+                               started_at, finished_at, duration, outcome, error,
+                               cleared_by, reason, seat)
+    SELECT job, mode, holder, holder_pid, fencing_token, 'pglock clear', clock_timestamp(),
+           clock_timestamp(), interval '0', 'cleared',
+           %(note)s || '; seat ' || seat || ': ' || holder || ':' || holder_pid || ' token '
+           || fencing_token, %(by)s, %(reason)s, seat
+    FROM cleared
+    RETURNING id
+), action AS (
+    INSERT INTO {schema}.audit (job, action, by, reason, detail)
+    SELECT job, 'clear', %(by)s, %(reason)s,
+           %(note)s || '; seat ' || seat || ': ' || holder || ':' || holder_pid || ' token '
+           || fencing_token
+    FROM cleared
+), counted AS (
+    UPDATE {schema}.jobs j
+    SET outcome_counts = j.outcome_counts || jsonb_build_object(
+        'cleared', coalesce((j.outcome_counts ->> 'cleared')::bigint, 0)
+                   + (SELECT count(*) FROM cleared))
+    WHERE j.job = %(job)s AND EXISTS (SELECT 1 FROM cleared)
+)
+SELECT (SELECT min(id) FROM audit), max(c.expires_at),
+       greatest(0, extract(epoch FROM max(c.expires_at) - clock_timestamp())),
+       array_agg(c.seat ORDER BY c.seat)
+FROM cleared c, durable
+HAVING count(*) > 0
+"""
 TERMINATE = "SELECT pg_terminate_backend(%(pid)s, 5000)"
 PRUNE_CUTOFF = "SELECT now() - %(older_than)s"
 # started_at < cutoff is implied by finished_at < cutoff; it lets runs_started find the
@@ -87,6 +129,8 @@ class Cleared:
     free_at: datetime
     free_in: float
     by: str
+    # A semaphore job's seats cleared (its first audit row is audit_id); empty for a lock.
+    seats: tuple[int, ...] = ()
 
 
 def operator() -> str:
@@ -100,9 +144,12 @@ def operator() -> str:
 
 def clear(conn: psycopg.Connection[Any], schema_name: str, shown: Job, *,
           reason: str | None, now: bool, by: str) -> Cleared | None:
-    """Take the lock from the holder shown; None if it was released or changed hands."""
+    """Take the lock from the holder shown (a semaphore job's: every seat running, as
+    shown); None if it was released or changed hands."""
     lock = shown.holding
     assert lock is not None
+    if shown.seats is not None:
+        return _clear_seats(conn, schema_name, shown, lock, reason=reason, now=now, by=by)
     note = (f"{reason or 'no reason given'}; cleared {lock.holder}:{lock.holder_pid} "
             f"token {lock.fencing_token} by {by}")
     params = {"job": shown.name, "fencing_token": lock.fencing_token, "now": now, "by": by,
@@ -112,6 +159,20 @@ def clear(conn: psycopg.Connection[Any], schema_name: str, shown: Job, *,
     if row is None:
         return None
     return Cleared(shown.name, lock, row[0], row[1], float(row[2]), by)
+
+
+def _clear_seats(conn: psycopg.Connection[Any], schema_name: str, shown: Job, lock: Lock, *,
+                 reason: str | None, now: bool, by: str) -> Cleared | None:
+    assert shown.seats is not None
+    running = [seat for seat in shown.seats.holders if seat.lock.released_at is None]
+    params = {"job": shown.name, "seats": [seat.seat for seat in running],
+              "tokens": [seat.lock.fencing_token for seat in running], "now": now, "by": by,
+              "note": f"{reason or 'no reason given'}; cleared by {by}", "reason": reason}
+    with database.translated(f"cannot clear job {shown.name!r}"):
+        row = conn.execute(schema.query(CLEAR_SEATS, schema_name), params).fetchone()
+    if row is None:
+        return None
+    return Cleared(shown.name, lock, row[0], row[1], float(row[2]), by, tuple(row[3]))
 
 
 def terminate(conn: psycopg.Connection[Any], lock: Lock) -> str:

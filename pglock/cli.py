@@ -128,6 +128,10 @@ def run(
         help="Keep the lock at least this long after the start, so a host whose clock "
              "lags cannot rerun the same trigger [default: 20s + --jitter after pglock "
              "started; 0 with --schedule].")] = None,
+    limit: Annotated[int, typer.Option(envvar="PGLOCK_LIMIT", metavar="N",
+        help="A counting semaphore: up to N hosts run the job at once, each on a seat "
+             "with its own fencing token (lease mode, no --schedule; docs/lease.md, "
+             "Semaphores).")] = 1,
     rerun: Annotated[bool, typer.Option("--rerun",
         help="A deliberate rerun: take the lock even inside the hold of a run that "
              "has ended (never while a command runs).")] = False,

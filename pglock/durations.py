@@ -58,6 +58,8 @@ DURATIONS: dict[str, Bounds] = {
 OUTPUT_TAIL = Bounds(0, 1024**2)
 HISTORY_LIMIT = Bounds(1, 100_000)
 RETRIES = Bounds(0, 100)
+# --limit: the seats of a semaphore.
+SEATS = Bounds(1, 1000)
 # The embedded server's linger (PGLOCK_EMBEDDED_LINGER, embedded_linger): not an option.
 EMBEDDED_LINGER = Bounds(0, 7 * DAY)
 

@@ -12,7 +12,7 @@ member (screens.STATE_LOOK, check.REASONS); their unit tests fail on a member le
 from __future__ import annotations
 
 import enum
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import datetime
 from functools import lru_cache
 from typing import Any
@@ -41,6 +41,34 @@ paused AS (
 SELECT p.job, p.paused_at, p.paused_by, p.reason, p.until FROM {schema}.pauses p, clock
 WHERE p.until IS NULL OR p.until > clock.at
 ),
+-- A semaphore's seats (--limit) as one lock: its newest seat taken (a running one first),
+-- with how many are taken of how many, and whether one's holder vanished (expired, never
+-- released). Nothing to read for a fleet without semaphores.
+seated AS (
+SELECT DISTINCT ON (s.job) s.job, s.mode, s.holder, s.holder_pid, s.fencing_token,
+       NULL::integer AS backend_pid, s.acquired_at, s.expires_at, s.ttl, s.released_at,
+       s.cleared_at, s.cleared_by,
+       count(*) FILTER (WHERE s.expires_at > clock.at AND s.released_at IS NULL)
+           OVER seats AS seats_used,
+       s.seat_limit,
+       bool_or(s.expires_at <= clock.at AND s.released_at IS NULL AND s.cleared_at IS NULL)
+           OVER seats AS seat_vanished
+FROM {schema}.seats s, clock
+WINDOW seats AS (PARTITION BY s.job)
+ORDER BY s.job, (s.expires_at > clock.at AND s.released_at IS NULL) DESC, s.acquired_at DESC
+),
+-- A job's lock row or its seats, whichever was taken last.
+held AS (
+SELECT l.job, l.mode, l.holder, l.holder_pid, l.fencing_token, l.backend_pid, l.acquired_at,
+       l.expires_at, l.ttl, l.released_at, l.cleared_at, l.cleared_by,
+       NULL::bigint AS seats_used, NULL::integer AS seat_limit, false AS seat_vanished
+FROM {schema}.locks l
+WHERE NOT EXISTS (SELECT 1 FROM seated s WHERE s.job = l.job AND s.acquired_at > l.acquired_at)
+UNION ALL
+SELECT s.* FROM seated s
+WHERE NOT EXISTS (SELECT 1 FROM {schema}.locks l
+                  WHERE l.job = s.job AND l.acquired_at >= s.acquired_at)
+),
 every AS (
 SELECT coalesce(j.job, l.job) AS name,
        l.mode AS lock_mode, l.holder, l.holder_pid, l.fencing_token, l.backend_pid,
@@ -49,8 +77,9 @@ SELECT coalesce(j.job, l.job) AS name,
        l.acquired_at, least(l.expires_at, '9999-01-01'::timestamptz) AS expires_at,
        extract(epoch FROM least(l.ttl, interval '7 days'))::float8 AS ttl,
        l.released_at, l.cleared_at, l.cleared_by,
-       j.last_run_id IS NOT NULL
-           AND j.last_run_id IS DISTINCT FROM j.last_finished_run_id AS run_open,
+       (j.last_run_id IS NOT NULL
+           AND j.last_run_id IS DISTINCT FROM j.last_finished_run_id)
+           OR coalesce(l.seat_vanished AND l.seats_used = 0, false) AS run_open,
        j.last_run_id, j.last_started_at, j.last_holder,
        j.last_finished_run_id, j.last_outcome, j.last_exit_code, j.last_finished_at,
        extract(epoch FROM j.last_duration)::float8 AS last_duration, j.last_success_at,
@@ -66,6 +95,7 @@ SELECT coalesce(j.job, l.job) AS name,
        CASE WHEN own.job IS NULL THEN every_job.reason ELSE own.reason END AS pause_reason,
        CASE WHEN own.job IS NULL THEN every_job.until ELSE own.until END AS paused_until,
        CASE WHEN own.job IS NULL THEN every_job.job = '' END AS paused_everywhere,
+       l.seats_used, l.seat_limit,
        (l.job IS NOT NULL AND (l.expires_at > clock.at OR l.released_at IS NULL))
        OR (j.last_run_id IS NOT NULL AND j.last_run_id IS DISTINCT FROM j.last_finished_run_id)
        OR (j.last_finished_run_id IS NOT NULL AND j.last_outcome = ANY(%(failures)s::text[]))
@@ -73,7 +103,7 @@ SELECT coalesce(j.job, l.job) AS name,
        OR (j.schedule IS NOT NULL AND j.last_slot IS NOT NULL
            AND NOT coalesce(j.next_slot > clock.at AND j.grace IS NOT NULL, false)) AS listed
 FROM clock
-JOIN ({schema}.jobs j FULL JOIN {schema}.locks l ON l.job = j.job)
+JOIN ({schema}.jobs j FULL JOIN held l ON l.job = j.job)
        ON (%(job)s::text IS NULL OR coalesce(j.job, l.job) = %(job)s::text)
       -- A forgotten job is gone from every report until it runs again.
       AND j.forgotten_at IS NULL
@@ -103,7 +133,15 @@ COLUMNS = (
     "last_duration", "last_success_at", "outcome_counts", "consecutive_failures", "schedule",
     "timezone", "grace", "last_slot", "next_slot", "last_attempt", "attempt_limit",
     "dead_slot", "dead_attempts", "dead_error", "paused_at", "paused_by", "pause_reason",
-    "paused_until", "paused_everywhere", "listed")
+    "paused_until", "paused_everywhere", "seats_used", "seat_limit", "listed")
+# The seats of one semaphore job that are taken now, as Lock fields.
+SEATS = """
+SELECT seat, mode, holder, holder_pid, fencing_token, NULL::integer, acquired_at,
+       least(expires_at, '9999-01-01'::timestamptz),
+       extract(epoch FROM least(ttl, interval '7 days'))::float8, released_at, cleared_at,
+       cleared_by
+FROM {schema}.seats WHERE job = %(job)s AND expires_at > now() ORDER BY seat
+"""
 # Up to this many jobs, status lists them all: a small fleet reads at a glance.
 LIST_ALL_UPTO = 50
 
@@ -192,6 +230,24 @@ class Lock:
 
 
 @dataclass(frozen=True)
+class Seat:
+    """One seat of a semaphore job (--limit) and its holder, or its last one."""
+
+    seat: int
+    lock: Lock
+
+
+@dataclass(frozen=True)
+class Seats:
+    """A semaphore job's seats: how many are taken (running), of how many (its --limit);
+    `holders` is filled for one job read alone (status --job)."""
+
+    used: int
+    limit: int
+    holders: tuple[Seat, ...] = ()
+
+
+@dataclass(frozen=True)
 class LastRun:
     """The job's newest finished run."""
 
@@ -273,6 +329,8 @@ class Job:
     # The newest run's attempt at its slot, and how many the slot may have.
     attempt: int | None = None
     attempt_limit: int | None = None
+    # A semaphore job (--limit): its seats; its `lock` is then its newest seat taken.
+    seats: Seats | None = None
 
     @property
     def paused_for(self) -> float | None:
@@ -350,14 +408,25 @@ def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None
         assert cursor.description is not None
         if tuple(c.name for c in cursor.description) != COLUMNS:
             raise AssertionError("jobs.JOBS and jobs.COLUMNS disagree")
-    now, unlisted = rows[0][0], rows[0][1]
-    found = [_from_row(now, row) for row in rows if row[2] is not None]
+        now, unlisted = rows[0][0], rows[0][1]
+        found = [_from_row(now, row) for row in rows if row[2] is not None]
+        if job is not None and found and found[0].seats is not None:
+            found[0] = replace(found[0], seats=replace(
+                found[0].seats, holders=seat_holders(conn, schema_name, job)))
     if unlisted is None:
         return Snapshot(now, found)
     # The query keeps what might not be idle; what classify finds idle after all (a slot
     # pending within its grace) joins the count.
     listed = [j for j in found if j.state is not State.IDLE]
     return Snapshot(now, listed, unlisted + len(found) - len(listed))
+
+
+def seat_holders(conn: psycopg.Connection[Any], schema_name: str, job: str,
+                 ) -> tuple[Seat, ...]:
+    """The seats of a semaphore job taken now (running, in their hold, or cleared and in
+    their lock-delay), by seat."""
+    rows = conn.execute(schema.query(SEATS, schema_name), {"job": job}).fetchall()
+    return tuple(Seat(seat, Lock(*lock)) for seat, *lock in rows)
 
 
 def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
@@ -368,7 +437,7 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
      last_finished_at, last_duration, last_success_at, outcome_counts, consecutive_failures,
      schedule_expr, timezone, grace, last_slot, next_slot, last_attempt, attempt_limit,
      dead_slot, dead_attempts, dead_error, paused_at, paused_by, pause_reason, paused_until,
-     paused_everywhere, _) = row
+     paused_everywhere, seats_used, seat_limit, _) = row
     lock = None
     if lock_mode is not None:
         lock = Lock(lock_mode, holder, holder_pid, fencing_token, backend_pid, acquired_at,
@@ -395,7 +464,8 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
         consecutive_failures=consecutive_failures, schedule=schedule_expr,
         timezone=timezone, last_slot=last_slot, due=due, schedule_note=note,
         lock_state=lock_state, state=state, problems=problems, pause=pause, dead=dead,
-        attempt=last_attempt, attempt_limit=attempt_limit)
+        attempt=last_attempt, attempt_limit=attempt_limit,
+        seats=None if seat_limit is None else Seats(int(seats_used), seat_limit))
 
 
 def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun | None,

@@ -32,13 +32,14 @@ from pglock.schema import query
 # own transaction: a role or database default of off/local must not make an acknowledged
 # lock losable in a failover.
 
-# Takes the lock by the rules of docs/lease.md and, when taken, records the run as started
-# (with `start`); the schema's version is checked in the same statement.
+# Takes the lock by the rules of docs/lease.md (with a limit above 1, the lowest free seat
+# of the job's semaphore: sql/migrations/005_seats.sql) and, when taken, records the run as
+# started (with `start`); the schema's version is checked in the same statement.
 ACQUIRE = """
 SELECT * FROM {schema}.acquire(
     %(version)s, %(job)s, %(mode)s, %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s,
     %(slot)s, %(handover_from)s, %(rerun)s, %(command)s, %(schedule)s, %(timezone)s,
-    %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s)
+    %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s, %(limit)s)
 """
 
 # The first holder a contender that starts waiting now may take over from at its
@@ -108,6 +109,11 @@ class Claim:
     run: ledger.StartedRun | None = None
     # Who held the lock when an acquire lost (None: nobody, or not known).
     held_by: str | None = None
+    # --limit: how many holders may run the job at once (1: the job's lock, no seats).
+    limit: int = 1
+    # The semaphore's seat the acquire took (None: the job's lock). Renew, release and
+    # finish find it by the holder id, as they find a lock.
+    seat: int | None = None
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The lease as query parameters."""
@@ -115,7 +121,8 @@ class Claim:
                 "holder_pid": self.holder_pid, "holder_id": self.holder_id,
                 "fencing_token": self.fencing_token, "ttl": timedelta(seconds=self.ttl),
                 "backend_pid": self.backend_pid, "slot": self.slot,
-                "handover_from": self.handover_from, "rerun": self.rerun, **extra}
+                "handover_from": self.handover_from, "rerun": self.rerun,
+                "limit": self.limit, **extra}
 
 
 class Attempt(enum.Enum):
@@ -159,7 +166,7 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Claim,
             raise SchemaError(f"schema {lease.schema!r} is version {row[0]}, not "
                               f"{schema.VERSION}")
     (_, session_held, ran, paused, token, handover_from, held_by, run_id, started_at,
-     attempt, attempt_limit) = row
+     attempt, attempt_limit, seat) = row
     if not session_held:
         raise DatabaseError(POOLED)
     if ran:
@@ -172,6 +179,7 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Claim,
         lease.held_by = held_by
         return Attempt.HELD
     lease.fencing_token = token
+    lease.seat = seat
     if run_id is not None:
         lease.run = ledger.StartedRun(id=run_id, started_at=started_at, attempt=attempt,
                                       attempt_limit=attempt_limit)
@@ -185,7 +193,8 @@ def _acquire(conn: psycopg.Connection[Any], lease: Claim,
     except (psycopg.errors.CheckViolation, psycopg.errors.UniqueViolation):
         # The start of a slot that another host's run made done since the statement's own
         # check (the slot's CHECK, the unique attempt): nothing was taken.
-        return (schema.VERSION, True, True, False, None, None, None, None, None, None, None)
+        return (schema.VERSION, True, True, False, None, None, None, None, None, None, None,
+                None)
     assert row is not None
     return tuple(row)
 

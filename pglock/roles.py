@@ -23,10 +23,15 @@ LOCK_COLUMNS = ("job, mode, holder, holder_pid, fencing_token, ttl, acquired_at,
                 "expires_at, released_at, backend_pid, cleared_at, cleared_by, "
                 "stop_requested_at, stop_requested_by, stop_reason")
 
-# The run path's functions (sql/migrations/004_roles.sql), by signature.
+# Every column of `seats` (a semaphore's, --limit) but holder_id, for the same reason.
+SEAT_COLUMNS = ("job, seat, seat_limit, mode, holder, holder_pid, fencing_token, ttl, "
+                "acquired_at, renewed_at, expires_at, released_at, cleared_at, cleared_by, "
+                "stop_requested_at, stop_requested_by, stop_reason")
+
+# The run path's functions (sql/migrations/004_roles.sql, 005_seats.sql), by signature.
 RUN_FUNCTIONS = (
     "acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint, "
-    "boolean, text, text, text, timestamptz, interval, integer, integer)",
+    "boolean, text, text, text, timestamptz, interval, integer, integer, integer)",
     "start_run(text, text, bigint, text, timestamptz, text, text, timestamptz, interval, "
     "integer, integer)",
     "renew(text, text, bigint, boolean)",
@@ -37,7 +42,7 @@ RUN_FUNCTIONS = (
     "holds(text, text, bigint)",
 )
 
-# The tables a reader reads whole (locks: every column but holder_id).
+# The tables a reader reads whole (locks and seats: every column but holder_id).
 READ_TABLES = ("meta", "runs", "jobs", "slots", "pauses", "audit")
 
 _CREATE = """DO $roles$ BEGIN
@@ -58,6 +63,7 @@ GRANT SELECT ({LOCK_COLUMNS}) ON {{schema}}.locks TO {RUNNER};
 GRANT USAGE ON SCHEMA {{schema}} TO {READER};
 """ + "".join(f"GRANT SELECT ON {{schema}}.{t} TO {READER};\n" for t in READ_TABLES) + f"""\
 GRANT SELECT ({LOCK_COLUMNS}) ON {{schema}}.locks TO {READER};
+GRANT SELECT ({SEAT_COLUMNS}) ON {{schema}}.seats TO {READER};
 
 -- {OPERATOR}: a runner and a reader, plus the writes of clear, prune, pause, resume,
 -- stop, replay and forget.

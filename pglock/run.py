@@ -23,7 +23,7 @@ from pglock import advisory, clock, database, lease, ledger, output, reentrant, 
 from pglock.child import CannotStart, Child
 from pglock.config import check_job, check_text, normalized_job, shown
 from pglock.database import Reconnecting
-from pglock.durations import DURATIONS, RETRIES, check_count
+from pglock.durations import DURATIONS, RETRIES, SEATS, check_count
 from pglock.errors import ExitStatus, Interrupted, PglockError, UsageError
 from pglock.heartbeat import (
     RETRY_INTERVAL,
@@ -62,6 +62,8 @@ class RunOptions:
     # None: DEFAULT_HOLD (0 with --schedule, whose slot runs once anyway).
     min_hold: float | None = None
     rerun: bool = False
+    # --limit: a counting semaphore of this many seats (1: the job's lock).
+    limit: int = 1
     max_runtime: float | None = None
     kill_after: float = 10.0
     on_lost: str = "kill"
@@ -110,6 +112,12 @@ class RunOptions:
             raise UsageError("--min-hold must not be negative")
         output.check_tail_size(self.output_tail)
         check_count(self.retries, "--retries", RETRIES)
+        check_count(self.limit, "--limit", SEATS)
+        if self.limit > 1 and self.schedule is not None:
+            raise UsageError("--limit cannot be used with --schedule: each slot runs once")
+        if self.limit > 1 and self.mode == "advisory":
+            raise UsageError("--limit needs --mode lease: a session advisory lock is one "
+                             "holder's (docs/lease.md, Semaphores)")
         self.notify.validate()
         self._validate_schedule()
 
@@ -310,6 +318,8 @@ COMMAND_VARIABLES = {
                         "their environment only, never shown): a nested pglock run of the "
                         "same job proves with it that it runs under this lock",
     "PGLOCK_SLOT": "with --schedule: the slot this run is for (ISO 8601)",
+    "PGLOCK_SEAT": "with --limit: the seat this run holds (1 to N; its fencing token is the "
+                   "seat's)",
     "PGLOCK_ATTEMPT": "the attempt (1-based; with --retries, and with --schedule counted over "
                       "every host's attempts at the slot): with PGLOCK_SLOT, an idempotency key",
 }
@@ -324,6 +334,8 @@ def command_environment(options: RunOptions, claim: lease.Claim, run_id: int,
                PGLOCK_HOLDER_ID=claim.holder_id, PGLOCK_ATTEMPT=str(attempt))
     if claim.slot is not None:
         env["PGLOCK_SLOT"] = claim.slot.isoformat()
+    if claim.seat is not None:
+        env["PGLOCK_SEAT"] = str(claim.seat)
     return env
 
 
@@ -345,7 +357,8 @@ def execute(options: RunOptions, conninfo: str) -> int:
         user_timeout=2 * advisory.CHECK_INTERVAL if options.mode == "advisory" else None)
     claim = lease.Claim(job=options.job, schema=options.schema, ttl=options.ttl,
                         mode=options.mode, holder=options.holder,
-                        slot=None if scheduled is None else scheduled.slot, rerun=options.rerun)
+                        slot=None if scheduled is None else scheduled.slot, rerun=options.rerun,
+                        limit=options.limit)
     notifier = Notifier(options.notify, job=options.job, holder=options.holder)
     first = ledger.RunStart(command=shown(options.command[0]), scheduled=scheduled,
                             retries=options.retries)

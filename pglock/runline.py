@@ -154,7 +154,7 @@ STARTED_FROM = frozenset((
     "kill_after", "on_lost", "conflict_exit_code", "holder", "schedule", "tz", "deadline",
     "grace", "output_tail", "output_on_failure", "leave_descendants", "on_failure",
     "on_success", "on_recovery", "hook_timeout", "ping_url", "event_log", "dsn", "schema",
-    "connect_timeout", "verbose", "quiet", "retries", "retry_delay"))
+    "connect_timeout", "verbose", "quiet", "retries", "retry_delay", "limit"))
 
 
 def start(values: dict[str, Any], from_environment: Collection[str],
@@ -215,6 +215,7 @@ def run_options(v: Mapping[str, Any]) -> RunOptions:
         wait=parse_duration(v["wait"], option="--wait"),
         jitter=parse_duration(v["jitter"], option="--jitter"),
         min_hold=_optional_duration(v["min_hold"], "--min-hold"), rerun=v["rerun"],
+        limit=v["limit"],
         max_runtime=_optional_duration(v["max_runtime"], "--max-runtime"),
         kill_after=parse_duration(v["kill_after"], option="--kill-after"),
         on_lost=v["on_lost"], conflict_exit_code=v["conflict_exit_code"],

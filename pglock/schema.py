@@ -20,7 +20,7 @@ from pglock.errors import DatabaseError, SchemaError
 from pglock.keys import advisory_key
 
 # The newest migration's number (a test checks it against sql/migrations/).
-VERSION = 4
+VERSION = 5
 
 _READ_VERSION = "SELECT value::int, pg_is_in_recovery() FROM {schema}.meta WHERE key = 'version'"
 # The creation lock is the advisory key of the empty job name, which no job can have.

@@ -49,7 +49,8 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
         grid = Grid(STATUS_HEADERS, styled_column=1, optional=STATUS_OPTIONAL, whole="JOB")
         for job in sorted(report.jobs, key=lambda j: (SEVERITY[j.state], j.name)):
             label, style = STATE_LOOK[job.state]
-            grid.add(status_cells(job, label if terminal else str(job.state)), style)
+            grid.add(status_cells(job, seated(job, label if terminal else str(job.state))),
+                     style)
         screen.parts.append(grid)
     else:
         screen.parts.append("no job is running, held, paused or in trouble")
@@ -58,6 +59,8 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
     screen.parts.extend(dead_lines(report.jobs))
     if report.job is not None and report.jobs[0].schedule is not None:
         screen.parts.append(schedule_line(report.jobs[0]))
+    if report.job is not None and report.jobs[0].seats is not None:
+        screen.parts.extend(seat_lines(report.jobs[0]))
     if len(report.jobs) == 1 and report.runs:
         screen.parts.append(f"\nrecent runs of {report.jobs[0].name}:")
         screen.parts.append(runs_grid(report.runs, report.now, with_job=False))
@@ -126,12 +129,37 @@ def action_json(action: Action) -> dict[str, Any]:
             "by": action.by, "reason": action.reason, "detail": action.detail}
 
 
+def seated(job: Job, state: str) -> str:
+    """A semaphore job's state with its seats taken of its limit: `running 2/3`."""
+    return state if job.seats is None else f"{state} {job.seats.used}/{job.seats.limit}"
+
+
+def seat_lines(job: Job) -> list[str]:
+    """The seats of the one semaphore job shown, each with its holder and fencing token."""
+    assert job.seats is not None
+    lines = [f"\nseats of {job.name}: {job.seats.used} running of {job.seats.limit} (--limit)"]
+    for seat in job.seats.holders:
+        lock = seat.lock
+        if lock.cleared_at is not None:
+            what = f"cleared by {escaped(lock.cleared_by or '?')}, free in {expiry(job, lock)}"
+        elif lock.released_at is not None:
+            what = f"ended, held until {lock.expires_at.astimezone():%H:%M:%S} (min-hold)"
+        else:
+            what = (f"running for {took(job.seconds_since(lock.acquired_at))}, expires in "
+                    f"{expiry(job, lock)}")
+        lines.append(f"  seat {seat.seat}: {escaped(lock.holder)}:{lock.holder_pid} "
+                     f"fencing token {lock.fencing_token}, {what}")
+    return lines
+
+
 def status_cells(job: Job, state: str) -> list[str]:
     lock, last = job.holding, job.last_run
     running_for = job.running_for
+    others = job.seats.used - 1 if job.seats is not None and job.seats.used > 1 else 0
     return [
         job.name, state,
-        f"{escaped(lock.holder)}:{lock.holder_pid}" if lock else NONE,
+        (f"{escaped(lock.holder)}:{lock.holder_pid}" + (f" +{others}" if others else ""))
+        if lock else NONE,
         lock.mode if lock else NONE,
         took(running_for) if running_for is not None else NONE,
         expiry(job, lock) if lock else NONE,
@@ -237,6 +265,17 @@ def job_json(job: Job) -> dict[str, Any]:
             "reason": job.pause.reason, "until": iso(job.pause.until),
             "every_job": job.pause.everywhere},
         "attempt": job.attempt, "attempt_limit": job.attempt_limit,
+        "seats": None if job.seats is None else {
+            "used": job.seats.used, "limit": job.seats.limit,
+            "holders": [{"seat": seat.seat, "host": seat.lock.holder,
+                         "pid": seat.lock.holder_pid,
+                         "fencing_token": seat.lock.fencing_token,
+                         "acquired_at": iso(seat.lock.acquired_at),
+                         "expires_at": iso(seat.lock.expires_at),
+                         "released_at": iso(seat.lock.released_at),
+                         "cleared_at": iso(seat.lock.cleared_at),
+                         "cleared_by": seat.lock.cleared_by}
+                        for seat in job.seats.holders]},
         "dead": None if job.dead is None else {
             "slot": iso(job.dead.slot), "attempts": job.dead.attempts,
             "error": job.dead.error},
@@ -425,6 +464,12 @@ def holder_line(job: Job) -> str:
     """Who holds the job's lock, for the question `clear` asks."""
     lock = job.holding
     assert lock is not None
+    if job.seats is not None:
+        holders = ", ".join(f"seat {seat.seat} {escaped(seat.lock.holder)}:"
+                            f"{seat.lock.holder_pid} (token {seat.lock.fencing_token})"
+                            for seat in job.seats.holders if seat.lock.released_at is None)
+        return (f"job {job.name!r} runs on {job.seats.used} of its {job.seats.limit} seats: "
+                f"{holders}; clear takes every one")
     text = (f"job {job.name!r} is held by {escaped(lock.holder)}:{lock.holder_pid} "
             f"({lock.mode} mode, "
             f"token {lock.fencing_token}) for {took(job.seconds_since(lock.acquired_at))}")
@@ -453,6 +498,11 @@ def cleared_line(done: Cleared) -> str:
     free = ("free for others now" if done.free_in < 0.5
             else f"free for others in {format_duration(done.free_in)} (at {when(done.free_at)}), "
                  "once the holder has had its time to stop")
+    if done.seats:
+        return (f"cleared job {done.job!r}: seat{'s' if len(done.seats) > 1 else ''} "
+                f"{', '.join(map(str, done.seats))} of its semaphore; each holder's next "
+                f"renewal fails and it stops its command; {free}; audit rows from "
+                f"{done.audit_id}")
     return (f"cleared job {done.job!r} from {escaped(lock.holder)}:{lock.holder_pid} "
             f"({lock.mode} mode, "
             f"token {lock.fencing_token}); its next renewal fails and it stops its command; "

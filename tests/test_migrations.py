@@ -12,7 +12,7 @@ import pytest
 from conftest import Env
 from psycopg import sql
 
-from pglock import lease, schema
+from pglock import lease, ledger, schema
 
 COLUMNS = """
 SELECT table_name, column_name, data_type, is_nullable, column_default
@@ -156,3 +156,38 @@ def test_a_version_2_database_with_scheduled_runs_upgrades(env: Env) -> None:
             "started_at, outcome) VALUES "
             "('yearly', date_trunc('year', now()), 'lease', 'h', 1, 'true', now(), 'running')",
             env.schema))
+
+
+# What a pglock of version 4 sends to take a lock and record its run (acquire had no limit).
+V4_ACQUIRE = """
+SELECT token, run_id FROM {schema}.acquire(
+    4, %(job)s, 'lease', %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s, NULL, NULL,
+    false, 'true', NULL, NULL, NULL, NULL, 0, 1)
+"""
+
+
+def test_a_run_started_under_version_4_ends_after_the_seats_came(env: Env) -> None:
+    """Version 5 adds the seats and a limit to acquire: a holder that took its lock and
+    started its run through version 4's functions still ends it (finish keeps its
+    signature), and a semaphore of the same name waits for it."""
+    claim = lease.Claim(job="old", schema=env.schema, ttl=60)
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(schema.ddl(env.schema, upto=4))
+        row = conn.execute(schema.query(V4_ACQUIRE, env.schema), claim.params()).fetchone()
+        assert row is not None
+        claim.fencing_token, run_id = row
+    beside = env.run("run", "--job", "old", "--limit", "2", "--", "true")
+    assert (beside.returncode, beside.stderr) == (75, ""), beside
+    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [
+        (str(schema.VERSION),)]
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        ended = conn.execute(schema.query(ledger.FINISH, env.schema), claim.params(
+            run_id=run_id, min_hold=None, keep=False, duration=None, exit_code=0, signal=None,
+            outcome="succeeded", error=None, output_tail=None, closes=False, hopeless=False,
+            error_line=None, lost_error=None, lost_error_line=None)).fetchone()
+        assert ended is not None and ended[:3] == (True, False, True)
+    after = env.run("run", "--job", "old", "--limit", "2", "--",
+                    "sh", "-c", 'echo "$PGLOCK_SEAT $PGLOCK_FENCING_TOKEN"')
+    assert (after.returncode, after.stdout) == (0, "1 1\n"), after
+    assert [(r["seat"], r["outcome"]) for r in env.runs("old")] == [
+        (None, "succeeded"), (1, "succeeded")]

@@ -81,6 +81,10 @@ def test_the_runner_runs_jobs_in_both_modes_and_nothing_else(env: Env,
                      "--job", "j-nested", "--dsn", runner, "--", "sh", "-c", "exit 7")
     assert (nested.returncode, nested.stderr) == (7, ""), nested
     assert [r["exit_code"] for r in env.runs("j-nested")] == [7]
+    # A semaphore's seat (--limit) is taken, renewed and let go through the same functions.
+    seated = env.run("run", "--job", "j-seats", "--limit", "2", "--dsn", runner, "--",
+                     "sh", "-c", 'echo "$PGLOCK_SEAT"')
+    assert (seated.returncode, seated.stdout, seated.stderr) == (0, "1\n", ""), seated
     for args in OPERATOR_COMMANDS:
         assert refused(env, runner, *args) == (1, args[0], "pglock_operator")
     reads: tuple[tuple[str, ...], ...] = (("status",), ("history",), ("metrics",))
@@ -90,16 +94,18 @@ def test_the_runner_runs_jobs_in_both_modes_and_nothing_else(env: Env,
         assert code == (125 if args[0] == "metrics" else 1)
     # Nothing an operator command did got through.
     assert env.query("SELECT job FROM {schema}.pauses") == []
-    assert len(env.query("SELECT 1 FROM {schema}.jobs WHERE forgotten_at IS NULL")) == 3
+    assert len(env.query("SELECT 1 FROM {schema}.jobs WHERE forgotten_at IS NULL")) == 4
 
 
 @pytest.mark.slow
 def test_the_reader_reads_and_is_refused_run_and_operating(env: Env,
                                                           roles: dict[str, str]) -> None:
     assert env.run("run", "--job", "j-lease", "--", "true").returncode == 0
+    assert env.run("run", "--job", "j-seats", "--limit", "2", "--", "true").returncode == 0
     reader = roles["reader"]
     reads: tuple[tuple[str, ...], ...] = (
-        ("status",), ("status", "--json"), ("status", "--job", "j-lease"), ("history",),
+        ("status",), ("status", "--json"), ("status", "--job", "j-lease"),
+        ("status", "--job", "j-seats"), ("history",),
         ("history", "--job", "j-lease"), ("check",), ("metrics",))
     for args in reads:
         result = env.run(*args, "--dsn", reader)

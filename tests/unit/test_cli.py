@@ -115,6 +115,17 @@ USAGE = [
                  id="tz-without-schedule"),
     pytest.param((*RUN, "--deadline", "1m", "--", "true"), 2,
                  "pglock: --deadline needs --schedule", id="deadline-without-schedule"),
+    pytest.param((*RUN, "--limit", "2", "--schedule", "* * * * *", "--", "true"), 2,
+                 "pglock: --limit cannot be used with --schedule: each slot runs once",
+                 id="limit-with-schedule"),
+    pytest.param((*RUN, "--limit", "3", "--mode", "advisory", "--", "true"), 2,
+                 "pglock: --limit needs --mode lease: a session advisory lock is one holder's "
+                 "(docs/lease.md, Semaphores)", id="limit-with-advisory"),
+    pytest.param((*RUN, "--limit", "0", "--", "true"), 2,
+                 "pglock: --limit: 0 is out of range (1 to 1000)", id="limit-0"),
+    pytest.param((*RUN, "--limit", "many", "--", "true"), 2,
+                 "pglock: Invalid value for '--limit' (env var: 'PGLOCK_LIMIT'): 'many' is not a "
+                 "valid int. (see 'pglock run --help')", id="limit-not-a-number"),
     pytest.param((*RUN, "--grace", "1m", "--", "true"), 2, "pglock: --grace needs --schedule",
                  id="grace-without-schedule"),
     pytest.param((*RUN, "--schedule", "61 * * * *", "--", "true"), 2,

@@ -112,13 +112,21 @@ def test_the_row_factory_builds_a_job_from_named_columns() -> None:
         "next_slot": None, "paused_at": None, "paused_by": None, "pause_reason": None,
         "paused_until": None, "paused_everywhere": None, "last_attempt": 2,
         "attempt_limit": 3, "dead_slot": None, "dead_attempts": None, "dead_error": None,
-        "unlisted": None, "listed": True}
+        "unlisted": None, "listed": True, "seats_used": None, "seat_limit": None}
     assert set(row) == set(jobs.COLUMNS)
     built = jobs._from_row(NOW, tuple(row[name] for name in jobs.COLUMNS))
     assert (built.name, built.state, built.problems) == ("sync", State.RUNNING, (P.FAILED,))
     assert built.lock is not None and built.lock.fencing_token == 3
     assert built.last_run == jobs.LastRun(8, "failed", 2, NOW, 1.5)
     assert built.counts == {"failed": 1}
+    assert built.seats is None
+    assert screens.seated(built, "running") == "running"
+    # A semaphore job (--limit 3) with two seats taken: its lock is its newest seat.
+    row.update(seats_used=2, seat_limit=3)
+    built = jobs._from_row(NOW, tuple(row[name] for name in jobs.COLUMNS))
+    assert built.seats == jobs.Seats(2, 3)
+    assert screens.seated(built, str(built.state)) == "running 2/3"
+    assert screens.status_cells(built, "running 2/3")[:3] == ["sync", "running 2/3", "web-1:1 +1"]
 
 
 def test_a_dead_slot_comes_from_its_columns_and_a_pause_hides_it() -> None:

@@ -69,6 +69,11 @@ BAD = [
                  "Europe/Berlin, America/New_York)", id="bad-zone"),
     pytest.param('[jobs.x]\ncommand = ["true"]\ntz = "UTC"\n',
                  "[jobs.x] tz: needs schedule in the same table", id="tz-without-schedule"),
+    pytest.param('[jobs.x]\ncommand = ["true"]\nlimit = 0\n',
+                 "[jobs.x] limit: 0 is out of range (1 to 1000)", id="limit-0"),
+    pytest.param('[jobs.x]\ncommand = ["true"]\nlimit = 2\nschedule = "@daily"\n',
+                 "[jobs.x]: --limit cannot be used with --schedule: each slot runs once",
+                 id="limit-with-schedule"),
     pytest.param('[jobs.x]\nttl = "5m"\n',
                  "[jobs.x] command: missing: the job's command (command = "
                  '["/path/to/program", "arg"], or a string run by /bin/sh -c)',
