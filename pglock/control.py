@@ -94,6 +94,13 @@ WITH asked AS (
 SELECT * FROM asked
 """
 
+# Who holds the seats of a semaphore job (`run --limit`), which stop leaves to clear.
+SEATED = """
+SELECT string_agg(holder || ':' || holder_pid, ', ' ORDER BY seat) FROM {schema}.seats
+WHERE job = %(job)s AND released_at IS NULL AND cleared_at IS NULL
+  AND expires_at > clock_timestamp()
+"""
+
 # Whether the holder has seen the request (a renewal after it), and how its run ended.
 STOPPING = """
 SELECT l.fencing_token = %(token)s AND l.renewed_at > l.stop_requested_at AS seen,
@@ -112,6 +119,10 @@ FORGET = """
 WITH running AS (
     SELECT l.holder, l.holder_pid FROM {schema}.locks l
     WHERE l.job = %(job)s AND l.released_at IS NULL AND l.expires_at > clock_timestamp()
+    UNION ALL
+    SELECT s.holder, s.holder_pid FROM {schema}.seats s
+    WHERE s.job = %(job)s AND s.released_at IS NULL AND s.cleared_at IS NULL
+      AND s.expires_at > clock_timestamp()
 ), forgotten AS (
     -- Its schedule goes with it: a manual run (no --schedule) that brings it back keeps
     -- whatever schedule is recorded, which a job taken out of cron must not keep.
@@ -124,7 +135,7 @@ WITH running AS (
     SELECT job, 'forget', %(by)s, %(reason)s FROM forgotten
 )
 SELECT EXISTS (SELECT 1 FROM forgotten),
-       (SELECT holder || ':' || holder_pid FROM running),
+       (SELECT string_agg(holder || ':' || holder_pid, ', ') FROM running),
        EXISTS (SELECT 1 FROM {schema}.jobs WHERE job = %(job)s AND forgotten_at IS NULL)
 """
 
@@ -293,6 +304,14 @@ def stop(conn: psycopg.Connection[Any], schema_name: str, job: str, *, reason: s
         with conn.transaction():
             row = conn.execute(schema.query(STOP, schema_name),
                                {"job": job, "by": by, "reason": reason}).fetchone()
+        if row is None:
+            seated = conn.execute(schema.query(SEATED, schema_name), {"job": job}).fetchone()
+            if seated is not None and seated[0] is not None:
+                # Stopping one seat of N is not what an operator asking to stop a job means;
+                # clear takes them all (docs/lease.md, "Semaphores").
+                raise NothingDone(
+                    f"job {job!r} runs as a semaphore (--limit) on {seated[0]}; pglock stop "
+                    f"acts on a single lock: pglock clear --job {job} takes every seat")
     if row is None:
         raise NothingDone(f"job {job!r} is not running; nothing to stop")
     return StopRequest(job, *row)

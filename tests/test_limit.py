@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import itertools
 import json
+import re
 import subprocess
 import time
 from pathlib import Path
@@ -131,6 +132,14 @@ def test_clear_takes_every_seat_and_each_holder_stops(env: Env) -> None:
     env.wait_for(lambda: "running 2/3" in env.run("status").stdout, what="the second seat")
     shown = env.run("status", "--job", "sem")
     assert "seat 1: " in shown.stdout and "seat 2: " in shown.stdout, shown.stdout
+    # stop and forget see the seats: stop sends the operator to clear, forget refuses.
+    stop = env.run("stop", "--job", "sem", "--reason", "maintenance")
+    assert stop.returncode == 1, stop
+    assert re.fullmatch(r"pglock: job 'sem' runs as a semaphore \(--limit\) on \S+:\d+, \S+:\d+; "
+                        r"pglock stop acts on a single lock: pglock clear --job sem takes "
+                        r"every seat\n", stop.stderr), stop
+    forget = env.run("forget", "--job", "sem", "--reason", "retired")
+    assert forget.returncode == 1 and "is running on" in forget.stderr, forget
     cleared = env.run("clear", "--job", "sem", "--yes", "--now", "--reason", "stuck")
     assert cleared.returncode == 0, cleared
     assert cleared.stdout.startswith("cleared job 'sem': seats 1, 2 of its semaphore"), cleared
