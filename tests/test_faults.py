@@ -2,9 +2,11 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from conftest import Env, one_line
@@ -195,9 +197,16 @@ def test_end_never_written_is_said_and_the_exit_code_kept(env: Env,
 def test_stopped_wrapper_cannot_outlive_its_lease(env: Env) -> None:
     """SIGSTOP to pglock alone: its watchdog stops the command before the lease runs out."""
     marks = env.tmp / "stopped"
+    ready = env.tmp / "ready"
     holder = env.popen("run", "--job", "frozen-wrapper", "--ttl", "6s", "--",
-                       "sh", "-c", f"trap 'date +%s%N > {marks}; exit 1' TERM; sleep 60 & wait")
-    env.wait_for(lambda: env.runs("frozen-wrapper"), what="the run row")
+                       "sh", "-c", f"trap 'date +%s%N > {marks}; exit 1' TERM; touch {ready}; "
+                       "sleep 60 & wait")
+    # Frozen only once the command has its trap and pglock has forked its watchdog (after
+    # the command: it watches the command's group). The run row alone is written by the
+    # acquire, before either exists.
+    children = Path(f"/proc/{holder.pid}/task/{holder.pid}/children")
+    env.wait_for(lambda: ready.exists() and len(children.read_text().split()) >= 2,
+                 what="the command and the watchdog")
     os.kill(holder.pid, signal.SIGSTOP)
     frozen_at = time.time_ns()
     try:
@@ -208,8 +217,14 @@ def test_stopped_wrapper_cannot_outlive_its_lease(env: Env) -> None:
         # Once the lease has run out, another host runs; the frozen one is no threat.
         env.wait_for(lambda: env.run("run", "--job", "frozen-wrapper", "--", "true")
                      .returncode == 0, timeout=20, what="a takeover")
+    except BaseException:
+        # Leave no process behind for a later test to find (and warn about).
+        holder.kill()
+        holder.communicate(timeout=30)
+        raise
     finally:
-        os.kill(holder.pid, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(holder.pid, signal.SIGCONT)
     _, stderr = holder.communicate(timeout=30)
     assert holder.returncode == 125
     # The shell may report its job's death ("Terminated"): pglock's own is one line.
