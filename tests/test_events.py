@@ -91,7 +91,9 @@ def test_hooks_pings_and_a_lost_lock_are_events(env: Env) -> None:
 @pytest.mark.slow
 def test_a_lost_lock_is_an_event_before_the_finished_one(env: Env) -> None:
     log = env.tmp / "events.jsonl"
-    holder = env.popen("run", "--job", "lost", "--event-log", str(log), "--", "sleep", "60")
+    # A short ttl: the cleared holder notices at its next renewal (ttl/3), not 20 s later.
+    holder = env.popen("run", "--job", "lost", "--ttl", "6s", "--event-log", str(log), "--",
+                       "sleep", "60")
     env.wait_for(lambda: running_rows(env, "lost") == 1, what="the run to start")
     assert env.run("clear", "--job", "lost", "--yes", "--reason", "test").returncode == 0
     holder.communicate(timeout=60)

@@ -36,7 +36,8 @@ def test_an_empty_command_name_is_not_found(env: Env) -> None:
 
 def test_holder_and_reason_are_shown_escaped(env: Env) -> None:
     forged = "web-1\nforged  running  \x1b[2J"
-    holder, _ = env.start_holder("held", "--holder", forged)
+    # A short ttl: the cleared holder notices at its next renewal (ttl/3), not 20 s later.
+    holder, _ = env.start_holder("held", "--holder", forged, "--ttl", "6s")
     try:
         status = env.run("status")
         assert status.returncode == 0
