@@ -42,33 +42,47 @@ def config_paths() -> list[Path]:
     return [Path(xdg) / "pglock" / "config.toml", Path("/etc/pglock/config.toml")]
 
 
+# Parsed config files by path and content: a run reads the file for its jobs table, its
+# schema and its DSN, and parses it once (a changed file, or PGLOCK_CONFIG pointed
+# elsewhere, is parsed afresh; reading it again costs far less than parsing it).
+_parsed: dict[tuple[str, bytes], dict[str, object]] = {}
+
+
 def read_config_file() -> tuple[Path | None, dict[str, object]]:
-    """The first config file that exists, parsed and checked; (None, {}) when there is none."""
+    """The first config file that exists, parsed and checked; (None, {}) when there is none.
+
+    The values are shared between calls: read them, never change them."""
     paths = config_paths()
     for path in paths:
         try:
-            handle = path.open("rb")
+            data = path.read_bytes()
         except FileNotFoundError:
             continue
         except OSError as error:
             raise ConfigError(f"config file {shown(str(path))}: {error.strerror}") from None
-        import tomllib  # only when there is a file: every run's start-up counts
-
-        with handle:
-            try:
-                values = tomllib.load(handle)
-            except UnicodeDecodeError as error:
-                # Never the content: the file holds the DSN, password and all.
-                raise ConfigError(f"config file {shown(str(path))}: not valid UTF-8 (byte "
-                                  f"{error.start} of the file)") from None
-            except tomllib.TOMLDecodeError as error:
-                raise ConfigError(f"config file {shown(str(path))}: {error}") from None
-        _check_keys(path, values)
-        return path, values
+        key = (str(path), data)
+        if key not in _parsed:
+            _parsed[key] = _parse(path, data)
+        return path, _parsed[key]
     if os.environ.get("PGLOCK_CONFIG"):
         raise ConfigError(f"config file {shown(paths[0].as_posix())} (PGLOCK_CONFIG) does not "
                           "exist")
     return None, {}
+
+
+def _parse(path: Path, data: bytes) -> dict[str, object]:
+    import tomllib  # only when there is a file: every run's start-up counts
+
+    try:
+        values = tomllib.loads(data.decode())
+    except UnicodeDecodeError as error:
+        # Never the content: the file holds the DSN, password and all.
+        raise ConfigError(f"config file {shown(str(path))}: not valid UTF-8 (byte "
+                          f"{error.start} of the file)") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config file {shown(str(path))}: {error}") from None
+    _check_keys(path, values)
+    return values
 
 
 def _check_keys(path: Path, values: dict[str, object]) -> None:
