@@ -15,11 +15,12 @@ import struct
 import threading
 from typing import IO
 
+from pglock.durations import OUTPUT_TAIL
 from pglock.errors import UsageError
 
 DEFAULT_TAIL = 4096
 # The tail goes into a history row; more than this belongs in a log, not in `runs`.
-MAX_TAIL = 1024**2
+MAX_TAIL = int(OUTPUT_TAIL.high)
 # Held-back output beyond this goes to a temporary file: the wrapper stays under 40 MB.
 SPOOL = 1024**2
 # After the command exits, how long to wait for helpers it left holding the pipes.

@@ -222,11 +222,6 @@ def schedule_line(job: Job) -> str:
     return f"{text}; on time"
 
 
-def status_json(report: Status, place: str, schema: str) -> dict[str, Any]:
-    head, key, items, tail = status_json_parts(report, place, schema)
-    return {**head, key: list(items), **tail}
-
-
 def status_json_parts(report: Status, place: str, schema: str,
                       ) -> tuple[dict[str, Any], str, Iterator[dict[str, Any]], dict[str, Any]]:
     """status --json as render.stream_json writes it: the head, the jobs (made as they
