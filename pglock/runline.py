@@ -182,8 +182,11 @@ def resolved(values: Mapping[str, Any], from_environment: Collection[str],
     """run's parameters in their order of precedence: the command line, PGLOCK_*
     variables, the job's table in the jobs file (its command when none follows the
     options), the defaults."""
+    from pglock import config
+
     v = dict(values)
-    if v["job"]:
+    # Without a config file there is no table: a host that has none imports nothing more.
+    if v["job"] and config.read_config_file()[0] is not None:
         from pglock import jobsfile
 
         job = jobsfile.configured(v["job"])
