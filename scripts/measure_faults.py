@@ -27,8 +27,8 @@ from pathlib import Path
 
 import psycopg
 
-from pglock.embedded import EmbeddedServer
-from pglock.keys import advisory_key
+from pglock.db.embedded import EmbeddedServer
+from pglock.db.keys import advisory_key
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "tests"))
 from replication import Pair  # the tests' primary-and-standby helper

@@ -16,7 +16,7 @@ import psycopg
 import pytest
 from psycopg import sql
 
-from pglock.embedded import EmbeddedServer
+from pglock.db.embedded import EmbeddedServer
 
 PGLOCK = str(Path(sys.executable).with_name("pglock"))
 TEST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",

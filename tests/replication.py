@@ -13,7 +13,7 @@ from pathlib import Path
 
 import psycopg
 
-from pglock.embedded import SERVER_USER, EmbeddedServer, _install_dir
+from pglock.db.embedded import SERVER_USER, EmbeddedServer, _install_dir
 
 
 def _socket_dir(conninfo: str) -> str:

@@ -10,7 +10,7 @@ import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-from pglock import cli
+from pglock.cli import app as cli
 
 # An address where nothing listens: every command fails to connect, at once.
 UNREACHABLE = "host=127.0.0.1 port=1"
@@ -50,7 +50,7 @@ def _process_state_kept() -> Iterator[None]:
 
 
 def invoke(*argv: str, env: dict[str, str] | None = None) -> Called:
-    """pglock.cli.main(argv) with stdout and stderr captured and `env` added."""
+    """pglock.cli.app.main(argv) with stdout and stderr captured and `env` added."""
     out, err = io.StringIO(), io.StringIO()
     saved = {name: os.environ.get(name) for name in env or {}}
     os.environ.update(env or {})

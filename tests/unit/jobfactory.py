@@ -5,7 +5,7 @@ from __future__ import annotations
 from datetime import UTC, datetime, timedelta
 from typing import Any
 
-from pglock import jobs
+from pglock.reports import jobs
 
 NOW = datetime(2026, 3, 1, 12, 0, tzinfo=UTC)
 

@@ -1,0 +1,159 @@
+"""The one error boundary of every command, typer's or run's own parser's: exit codes, one
+line on stderr for bad input and for pglock's own failures, never a traceback (but -v).
+
+No typer here: `pglock run` goes through it without importing typer (runline.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import os
+import sys
+import warnings
+from collections.abc import Callable
+
+from pglock.errors import (
+    ExitStatus,
+    Interrupted,
+    OutputFailed,
+    PglockError,
+    PrivilegeError,
+    SchemaError,
+    refused_privilege,
+)
+
+
+class _State:
+    # Whether the command being run configured the output (errors raised while its
+    # options are still being parsed come before that).
+    output_configured = False
+
+
+def reset() -> None:
+    """Before a command line is parsed (main() may run many times in one process: tests)."""
+    _State.output_configured = False
+
+
+def output_configured() -> bool:
+    return _State.output_configured
+
+
+def configure_output(verbose: bool, quiet: bool) -> None:
+    """pglock's own messages go to stderr as one line; libraries stay silent unless -v."""
+    _State.output_configured = True
+    root = logging.getLogger()
+    own = logging.getLogger("pglock")
+    handler = logging.StreamHandler(sys.stderr)
+    handler.setFormatter(logging.Formatter("pglock: %(message)s"))
+    # Configured anew on each call: main() may run many times in one process (tests).
+    root.handlers = [handler] if verbose else [logging.NullHandler()]
+    root.setLevel(logging.DEBUG if verbose else logging.WARNING)
+    own.handlers = [] if verbose else [handler]
+    own.propagate = verbose
+    own.setLevel(logging.NOTSET if verbose else logging.CRITICAL + 1 if quiet else logging.WARNING)
+    if not verbose:
+        warnings.simplefilter("ignore")
+
+
+def say(text: str) -> None:
+    """A line on standard output (render.write: a closed or full stdout is an OutputFailed)."""
+    from pglock.cli.render import write
+
+    write(text + "\n")
+
+
+def guarded(command: Callable[[], int], args: list[str], checking: bool,
+            passing: tuple[type[BaseException], ...] = ()) -> int:
+    """Run `command`; its exit code, whatever it raised (but `passing`, re-raised for the
+    caller's own handling: click's usage errors)."""
+    try:
+        return command()
+    except passing:
+        raise
+    except Interrupted as interrupted:
+        # Nothing ran: the signal's code, as if it had ended us, and nothing to say.
+        return interrupted.exit_code
+    except OutputFailed as error:
+        return output_failed(error, args)
+    except PglockError as error:
+        error = _privilege(error, args)
+        say_error(str(error), error, args)
+        if checking and not _State.output_configured:
+            # Refused while its options were parsed (a bad --job): UNKNOWN, as for click's.
+            from pglock.reports import check
+
+            report = check.unknown(str(error))
+            answer(check.render_json(report) if "--json" in args else check.render_text(report))
+            return int(report.status)
+        return int(error.exit_status)
+    except Exception as error:
+        if refused_privilege(error) is not None:
+            privilege = _privilege(error, args)
+            say_error(str(privilege), privilege, args)
+            if checking:
+                answer(f"PGLOCK UNKNOWN - {privilege}")
+            return int(privilege.exit_status)
+        # A bug of ours: one fixed line (cron mails it). Never the exception's text: it can
+        # carry a DSN with its password. The traceback only with -v.
+        say_error(f"internal error: {type(error).__name__} (-v shows the traceback)", error,
+                  args)
+        if checking:
+            answer(f"PGLOCK UNKNOWN - internal error: {type(error).__name__}")
+        return ExitStatus.INTERNAL
+
+
+def _privilege(error: Exception, args: list[str]) -> PglockError:
+    """A refused privilege as the one line that names the role that has it; any other
+    error (and a schema that cannot be created, which says what to ask a DBA) as it is."""
+    detail = refused_privilege(error)
+    if detail is None or isinstance(error, SchemaError):
+        return error if isinstance(error, PglockError) else PglockError(str(error))
+    privilege = PrivilegeError(args[0] if args else "pglock", detail)
+    privilege.__cause__ = error
+    return privilege
+
+
+def answer(text: str) -> None:
+    """check's answer after a failure: written if stdout can take it."""
+    try:
+        say(text)
+    except OutputFailed as error:
+        output_failed(error, [])
+
+
+def say_error(line: str, error: BaseException, args: list[str]) -> None:
+    """The one line of an error, through pglock's logger (so -q silences it)."""
+    if _State.output_configured:
+        if logging.getLogger().isEnabledFor(logging.DEBUG):
+            import traceback  # only with -v: every run's start-up counts
+
+            traceback.print_exception(error)
+        logging.getLogger("pglock").error("%s", line)
+    elif not quiet(args):
+        # Raised while the options were parsed, before the command configured the output.
+        if "-v" in args or "--verbose" in args:
+            import traceback
+
+            traceback.print_exception(error)
+        print(f"pglock: {line}", file=sys.stderr)
+
+
+def output_failed(error: OutputFailed, args: list[str]) -> int:
+    """A closed pipe ends pglock quietly, as it would end a C tool; a full disk is said."""
+    # What is still buffered must not fail again at exit, with Python's own message.
+    with contextlib.suppress(OSError, ValueError):
+        devnull = os.open(os.devnull, os.O_WRONLY)
+        os.dup2(devnull, sys.stdout.fileno())
+        os.close(devnull)
+    if not error.closed:
+        say_error(str(error), error, args)
+    return int(error.exit_status)
+
+
+def quiet(args: list[str]) -> bool:
+    """Whether -q (or PGLOCK_QUIET) was asked for, on a command line that did not parse."""
+    own = args[: args.index("--")] if "--" in args else args
+    if "-q" in own or "--quiet" in own:
+        return True
+    return os.environ.get("PGLOCK_QUIET", "").strip().lower() in ("1", "true", "yes", "on")

@@ -1,0 +1,61 @@
+"""`pglock doctor` (registered on cli.app): check the setup, one line per check."""
+
+from __future__ import annotations
+
+import json
+
+from pglock.cli.app import (
+    ConnectTimeout,
+    Dsn,
+    Json,
+    Quiet,
+    Schema,
+    Verbose,
+    _configure_output,
+    app,
+    say,
+)
+from pglock.errors import ConfigError
+from pglock.settings.durations import parse_duration
+
+
+@app.command()
+def doctor(
+    as_json: Json = False,
+    dsn: Dsn = None, schema: Schema = None, connect_timeout: ConnectTimeout = "10s",
+    verbose: Verbose = False, quiet: Quiet = False,
+) -> int:
+    """Check the database pglock would use: one line per check, OK, WARN or FAIL with what to do.
+
+    Checks: the database configured (the embedded one is this host only), that it is
+    reachable and the primary, its version, the schema and this role's privileges,
+    pg_signal_backend, role timeouts, synchronous_commit, connection headroom, a
+    transaction-pooling proxy, replication (a synchronous standby?), this host's clock
+    against the server's. Changes nothing. Exit 0 all OK, 1 a WARN, 2 a FAIL.
+
+    Example: pglock doctor --dsn "host=db1,db2 dbname=ops user=pglock"
+    """
+    _configure_output(verbose, quiet)
+    from pglock.db import database
+    from pglock.operate import doctor as core
+    from pglock.settings import config
+
+    timeout = parse_duration(connect_timeout, option="--connect-timeout")
+    name = config.configured_schema(schema)
+    try:
+        target = config.resolve_target(dsn)
+        with database.opened(target) as conninfo:
+            diagnosis = core.diagnose(target, name, conninfo, timeout=timeout)
+    except ConfigError as error:
+        diagnosis = core.Diagnosis("", [core.Finding(
+            "database", core.Level.FAIL, str(error), "fix the DSN or the config file")])
+    if as_json:
+        say(json.dumps({
+            "status": diagnosis.level.name.lower(), "database": diagnosis.place,
+            "checks": [{"check": f.check, "status": f.level.name.lower(), "detail": f.detail,
+                        "advice": f.advice or None} for f in diagnosis.findings]}, indent=2))
+    elif not quiet:
+        for finding in diagnosis.findings:
+            advice = f" -> {finding.advice}" if finding.advice else ""
+            say(f"{finding.level.name:<4}  {finding.check:<11}  {finding.detail}{advice}")
+    return int(diagnosis.level)

@@ -1,0 +1,118 @@
+"""The monitoring commands, `check` and `metrics`: read every job once, print it."""
+
+from __future__ import annotations
+
+import logging
+from typing import TYPE_CHECKING, Annotated, Any
+
+import typer
+
+from pglock.cli.app import (
+    ConnectTimeout,
+    Dsn,
+    JobFilter,
+    Json,
+    Quiet,
+    Schema,
+    Verbose,
+    _configure_output,
+    app,
+    connected,
+    say,
+)
+from pglock.errors import PglockError
+from pglock.settings.durations import parse_duration
+
+if TYPE_CHECKING:
+    from pglock.reports.jobs import Snapshot
+
+
+def _threshold(name: str, what: str) -> Any:
+    return typer.Option(f"--{name}", envvar=f"PGLOCK_{name.upper().replace('-', '_')}",
+                        metavar="N", help=what)
+
+
+def _snapshot(dsn: str | None, schema: str | None, connect_timeout: str, job: str | None,
+              command: str) -> Snapshot:
+    from pglock.reports import jobs
+    from pglock.settings import config
+
+    if job is not None:
+        config.check_job(job)
+    with connected(dsn, schema, connect_timeout, command) as (conn, _, name):
+        return jobs.read(conn, name, job)
+
+
+@app.command()
+def check(
+    job: JobFilter = None,
+    failures_warning: Annotated[int, _threshold(
+        "failures-warning", "WARNING at this many failed runs in a row")] = 1,
+    failures_critical: Annotated[int, _threshold(
+        "failures-critical", "CRITICAL at this many failed runs in a row")] = 1,
+    missed_warning: Annotated[int, _threshold(
+        "missed-warning", "WARNING at this many missed slots")] = 1,
+    missed_critical: Annotated[int, _threshold(
+        "missed-critical", "CRITICAL at this many missed slots")] = 2,
+    paused_warning: Annotated[str, typer.Option(
+        "--paused-warning", envvar="PGLOCK_PAUSED_WARNING", metavar="DURATION",
+        help="WARNING for a pause older than this (a forgotten pause).")] = "1d",
+    json_output: Json = False,
+    dsn: Dsn = None,
+    schema: Schema = None,
+    connect_timeout: ConnectTimeout = "10s",
+    verbose: Verbose = False,
+    quiet: Quiet = False,
+) -> int:
+    """Judge the jobs for a monitoring system: exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN.
+
+    CRITICAL: a lock expired while its run is still marked running. Failed runs in a row
+    and missed slots of a schedule are WARNING or CRITICAL by the thresholds. A paused job
+    is neither failed nor overdue; its pause is WARNING once older than --paused-warning. Whatever
+    goes wrong (bad options, no database, a schema it cannot read) is UNKNOWN, exit 3.
+
+    Example: pglock check --job nightly-backup --missed-critical 3
+    """
+    _configure_output(verbose, quiet)
+    from pglock.reports import check as checks
+
+    try:
+        thresholds = checks.Thresholds(
+            failures_warning, failures_critical, missed_warning, missed_critical,
+            parse_duration(paused_warning, option="--paused-warning"))
+        thresholds.validate()
+        report = checks.evaluate(_snapshot(dsn, schema, connect_timeout, job, "check"),
+                                 thresholds, job)
+    except PglockError as error:
+        # Not an error exit: a plugin answers UNKNOWN on stdout, the reason on stderr too.
+        logging.getLogger("pglock").error("%s", error)
+        report = checks.unknown(str(error))
+    say(checks.render_json(report) if json_output else checks.render_text(report))
+    return int(report.status)
+
+
+@app.command()
+def metrics(
+    job: JobFilter = None,
+    dsn: Dsn = None,
+    schema: Schema = None,
+    connect_timeout: ConnectTimeout = "10s",
+    verbose: Verbose = False,
+    quiet: Quiet = False,
+) -> int:
+    """Print every job's state in the Prometheus text format.
+
+    A database it cannot reach, or a schema it cannot read, prints nothing on stdout and
+    exits 125: the `&& mv` below then leaves the last file in place (alert on its age).
+
+    For node_exporter's textfile collector, write to a temporary file and rename it.
+
+    Example: pglock metrics > /var/lib/node_exporter/pglock.prom.tmp &&
+    mv /var/lib/node_exporter/pglock.prom.tmp /var/lib/node_exporter/pglock.prom
+    """
+    _configure_output(verbose, quiet)
+    from pglock.cli.render import write
+    from pglock.reports import metrics as exposition
+
+    write(exposition.render(_snapshot(dsn, schema, connect_timeout, job, "metrics")))
+    return 0

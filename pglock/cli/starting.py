@@ -1,0 +1,72 @@
+"""The body of `pglock run`, shared by its two parsers (typer's `run` in app.py, and
+runline.py's): the values resolved against the jobs file, checked, and run."""
+
+from __future__ import annotations
+
+from collections.abc import Collection, Mapping
+from typing import Any
+
+from pglock.cli import boundary
+
+# Read from the environment, these apply only with --schedule; a crontab may set them for
+# all its lines, scheduled or not. Given as options without --schedule, they are refused.
+SCHEDULE_ONLY = ("tz", "deadline", "grace")
+
+
+# Every parameter of cli.run that start() passes on.
+STARTED_FROM = frozenset((
+    "command", "job", "mode", "ttl", "wait", "jitter", "min_hold", "rerun", "max_runtime",
+    "kill_after", "on_lost", "conflict_exit_code", "holder", "schedule", "tz", "deadline",
+    "grace", "output_tail", "output_on_failure", "leave_descendants", "on_failure",
+    "on_success", "on_recovery", "hook_timeout", "ping_url", "event_log", "dsn", "schema",
+    "connect_timeout", "verbose", "quiet", "retries", "retry_delay", "limit"))
+
+
+def start(values: dict[str, Any], from_environment: Collection[str],
+          defaulted: Collection[str] = ()) -> int:
+    """Run with run's parameters (typer's or this parser's): validated before the
+    database, or the embedded server this joins, is touched. `defaulted` names the
+    parameters neither the command line nor the environment gave: the job's table in the
+    jobs file fills those (docs/jobs-file.md)."""
+    boundary.configure_output(values["verbose"], values["quiet"])
+    if unused := set(values) - STARTED_FROM:
+        # An option added to cli.run but not passed on here would be dropped silently.
+        raise AssertionError(f"runline.start does not pass on {sorted(unused)}")
+    from pglock.db import database
+    from pglock.run.options import run_options
+    from pglock.run.slot import execute
+    from pglock.settings import config
+
+    v = resolved(values, from_environment, defaulted)
+    boundary.configure_output(v["verbose"], v["quiet"])
+    options = run_options(v)
+    with database.opened(config.resolve_target(v["dsn"])) as conninfo:
+        return execute(options, conninfo)
+
+
+def resolved(values: Mapping[str, Any], from_environment: Collection[str],
+             defaulted: Collection[str]) -> dict[str, Any]:
+    """run's parameters in their order of precedence: the command line, PGLOCK_*
+    variables, the job's table in the jobs file (its command when none follows the
+    options), the defaults."""
+    from pglock.settings import config
+
+    v = dict(values)
+    # Without a config file there is no table: a host that has none imports nothing more.
+    if v["job"] and config.read_config_file()[0] is not None:
+        from pglock.run import jobsfile
+
+        job = jobsfile.configured(v["job"])
+        if job is None and not v["command"]:
+            jobsfile.refuse_without_command(v["job"])
+        for param, value in ({} if job is None else job.values).items():
+            if param == "command":
+                if not v["command"]:
+                    v["command"] = list(value)
+            elif param in defaulted:
+                v[param] = value
+    if v["schedule"] is None:
+        for name in SCHEDULE_ONLY:
+            if name in from_environment:
+                v[name] = None
+    return v

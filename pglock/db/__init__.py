@@ -1,0 +1,1 @@
+"""The database: connections, the schema and its upgrades, the embedded server."""

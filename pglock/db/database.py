@@ -1,0 +1,227 @@
+"""Connections: explicit timeouts, a name in pg_stat_activity, retry on storms, clean errors."""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import random
+import re
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import psycopg
+from psycopg import conninfo as libpq_conninfo
+
+from pglock.db import redact
+from pglock.errors import ConfigError, DatabaseError
+from pglock.settings.config import Target, undecodable
+
+# Server-side reasons a connection is refused for now, not for good. psycopg reports
+# "too many clients" without an SQLSTATE at connect time, so the text is all there is.
+_TRANSIENT = re.compile(
+    r"too many (clients|connections)|remaining connection slots|"
+    r"the database system is (starting up|shutting down|in recovery mode|not yet accepting)|"
+    r"connection refused|no such file or directory|timeout expired|"
+    r"server closed the connection unexpectedly|could not receive data|"
+    r"terminating connection|cannot connect now|"
+    # EAGAIN from connect() on a Unix socket whose listen queue is full: a :00 storm.
+    r"resource temporarily unavailable",
+    re.IGNORECASE,
+)
+# Client-side TCP settings so a vanished server is noticed within seconds, not hours.
+KEEPALIVES = {"keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2",
+              "keepalives_count": "3"}
+
+
+def check_conninfo(conninfo: str) -> None:
+    """Fail with one line if the DSN does not parse; never echo it (it may hold a password)."""
+    if undecodable(conninfo):
+        raise ConfigError("the DSN is not valid UTF-8")
+    try:
+        libpq_conninfo.conninfo_to_dict(conninfo)
+    except psycopg.ProgrammingError as error:
+        raise ConfigError(f"the DSN does not parse: {_unquoted(first_line(error))}") from None
+
+
+def _unquoted(message: str) -> str:
+    """libpq quotes fragments of a DSN it cannot parse; they may hold a password.
+
+    Everything from the first quote to the last goes: a password may contain quotes too.
+    """
+    return redact.redact(re.sub(r'".*"', '"…"', message, flags=re.DOTALL))
+
+
+def _parsed(conninfo: str) -> dict[str, str]:
+    try:
+        return {k: str(v) for k, v in libpq_conninfo.conninfo_to_dict(conninfo).items()}
+    except (psycopg.ProgrammingError, UnicodeError):
+        return {}
+
+
+def carries_password(conninfo: str) -> bool:
+    """Whether the DSN itself holds a password (a keyword, a URI's user information or
+    its ?password= parameter)."""
+    return bool(_parsed(conninfo).get("password")) or redact.redact(conninfo) != conninfo
+
+
+def describe(conninfo: str) -> str:
+    """host:port/dbname of a DSN for humans, from fields that cannot carry a password."""
+    where = redact.place(conninfo, _parsed(conninfo))
+    return "the configured database" if where is None else str(where)
+
+
+def connect_failure(conninfo: str, error: BaseException) -> str:
+    """Why a connection failed, in one line that names no password."""
+    if redact.misread(conninfo):
+        # libpq tried some other host, port or database, named by a piece of the password.
+        return ("cannot connect: the DSN's user information holds an unencoded / or @; "
+                "percent-encode them in a URI (%2F, %40)")
+    parsed = _parsed(conninfo)
+    reason = redact.scrubbed(first_line(error), conninfo, parsed)
+    where = redact.place(conninfo, parsed)
+    if where is None:
+        return f"cannot connect: {_unquoted(reason)}"
+    return f"cannot connect to {where}: {reason}"
+
+
+def is_transient(error: BaseException) -> bool:
+    """A refusal that may go away by itself: retry it with backoff."""
+    sqlstate = getattr(error, "sqlstate", None)
+    if sqlstate in ("53300", "57P03", "08006", "08001", "08004"):
+        return True
+    return bool(_TRANSIENT.search(str(error)))
+
+
+def first_line(error: BaseException) -> str:
+    """The server's or libpq's message, first line only."""
+    text = str(error).strip()
+    return text.splitlines()[0] if text else type(error).__name__
+
+
+def connect(conninfo: str, *, application_name: str, timeout: float,
+            extra: dict[str, Any] | None = None) -> psycopg.Connection[Any]:
+    """An autocommit connection, retried with full-jitter backoff within `timeout` seconds."""
+    deadline = time.monotonic() + timeout
+    params = {**KEEPALIVES, **(extra or {})}
+    attempt = 0
+    while True:
+        remaining = deadline - time.monotonic()
+        try:
+            # No server-side prepared statements: a transaction-pooling PgBouncer would
+            # hand them to another client's session.
+            # read-write: never a standby, where locks and rows would mean nothing; with
+            # several hosts listed, libpq moves on to the next.
+            return psycopg.connect(
+                conninfo, autocommit=True, prepare_threshold=None,
+                target_session_attrs="read-write",
+                application_name=application_name[:63],
+                connect_timeout=max(2, int(remaining + 0.999)), **params)
+        except psycopg.OperationalError as error:
+            remaining = deadline - time.monotonic()
+            if not is_transient(error) or remaining <= 0:
+                raise DatabaseError(connect_failure(conninfo, error)) from None
+            attempt += 1
+            time.sleep(min(remaining, random.uniform(0, min(2.0, 0.05 * 2**attempt))))
+        except psycopg.ProgrammingError as error:
+            raise ConfigError(f"the DSN is not usable: {_unquoted(first_line(error))}") from None
+        except UnicodeError:
+            # psycopg's message would quote the whole conninfo, password and all.
+            raise ConfigError("the DSN or a name sent with it (--job, --holder) is not valid "
+                              "UTF-8") from None
+
+
+class Reconnecting:
+    """A connection of one run, reopened on demand when the server dropped it."""
+
+    def __init__(self, conninfo: str, *, application_name: str, timeout: float,
+                 user_timeout: float | None = None) -> None:
+        self.conninfo = conninfo
+        self.application_name = application_name
+        self.timeout = timeout
+        self.user_timeout = user_timeout
+        self.conn: psycopg.Connection[Any] | None = None
+
+    def connect(self, timeout: float | None = None,
+                user_timeout: float | None = None) -> psycopg.Connection[Any]:
+        """A new connection of the same name (the caller owns it)."""
+        # tcp_user_timeout bounds how long a statement can hang on a vanished server.
+        user_timeout = user_timeout or self.user_timeout
+        extra = {"tcp_user_timeout": int(user_timeout * 1000)} if user_timeout else None
+        return connect(self.conninfo, application_name=self.application_name,
+                       timeout=timeout or self.timeout, extra=extra)
+
+    def get(self) -> psycopg.Connection[Any]:
+        """The run's connection, opened if it is not."""
+        if self.conn is None or self.conn.closed:
+            self.conn = self.connect()
+        return self.conn
+
+    def close(self) -> None:
+        if self.conn is not None:
+            self.conn.close()
+            self.conn = None
+
+    def abandon(self) -> None:
+        """Forget a connection another thread is stuck on; the next get() opens a new one."""
+        self.conn = None
+
+
+@contextlib.contextmanager
+def translated(action: str) -> Iterator[None]:
+    """Turn psycopg's errors during `action` into one-line DatabaseErrors."""
+    try:
+        yield
+    except psycopg.errors.InsufficientPrivilege as error:
+        raise DatabaseError(f"{action}: permission denied ({first_line(error)})") from error
+    except psycopg.Error as error:
+        raise DatabaseError(f"{action}: {first_line(error)}") from error
+
+
+EMBEDDED_PLACE = "embedded, this host only"
+
+
+def place(conn: psycopg.Connection[Any]) -> str:
+    """host:port/dbname of an open connection, as libpq resolved it; never the password."""
+    return f"{conn.info.host}:{conn.info.port}/{conn.info.dbname}"
+
+
+@contextlib.contextmanager
+def session(target: Target, *, application_name: str,
+            timeout: float) -> Iterator[tuple[psycopg.Connection[Any], str]]:
+    """A connection to `target`, and the name of the database to show a human."""
+    with opened(target) as conninfo, connect(
+            conninfo, application_name=application_name, timeout=timeout) as conn:
+        yield conn, EMBEDDED_PLACE if target.embedded else place(conn)
+
+
+@contextlib.contextmanager
+def opened(target: Target) -> Iterator[str]:
+    """The conninfo of `target`; the embedded server is joined for the duration."""
+    if target.conninfo is not None:
+        check_conninfo(target.conninfo)
+        if target.source == "--dsn" and carries_password(target.conninfo):
+            # Said with -v only: cron mails what a plain run prints.
+            logging.getLogger("pglock").info(
+                "the DSN given with --dsn carries a password, which every local user can "
+                "read (ps) while pglock runs: put it in ~/.pgpass, PGPASSFILE or a service "
+                "file (PGSERVICE) instead (docs/security.md)")
+        yield target.conninfo
+        return
+    from pglock.db import embedded
+
+    server = embedded.EmbeddedServer(embedded.default_data_dir(), linger=target.linger)
+    try:
+        conninfo = server.join()
+    except embedded.EmbeddedError as error:
+        raise DatabaseError(str(error)) from error
+    if server.created:
+        # Said once per host, when the cluster is made: a host whose DSN went missing
+        # must not run its jobs alone without a word.
+        logging.getLogger("pglock").warning(
+            "using an embedded PostgreSQL private to this host under %s; set PGLOCK_DSN "
+            "for a fleet", server.data_dir)
+    try:
+        yield conninfo
+    finally:
+        server.leave()

@@ -1,0 +1,127 @@
+"""Advisory mode: a session lock on a dedicated connection, plus the same `locks` row.
+
+The session lock ends the moment the holder's backend does (crash, reset, terminate,
+failover), so a contender holding it may take the row over at once. The row keeps
+lease-mode hosts out and shows the holder in `status`. A transaction-pooling
+PgBouncer would leave the lock on a server connection other clients then use: the
+session is checked against pg_locks at acquisition and at every heartbeat.
+"""
+
+from __future__ import annotations
+
+from typing import Any, Protocol
+
+import psycopg
+
+from pglock.db.keys import advisory_key
+from pglock.errors import DatabaseError
+from pglock.lock import lease
+
+# How often the holder checks its session (and renews the row): the lock has no minimum
+# hold, so a dead session must be noticed within seconds, not a ttl.
+CHECK_INTERVAL = 1.5
+
+# The server drops a silent client within idle + interval * count seconds; the session
+# also refuses the role's idle timeouts, which would end it (and the lock) while idle.
+TAKE = """
+SELECT pg_try_advisory_lock(%(key)s), pg_backend_pid(),
+       set_config('tcp_keepalives_idle', %(idle)s, false),
+       set_config('tcp_keepalives_interval', '1', false),
+       set_config('tcp_keepalives_count', '3', false),
+       set_config('tcp_user_timeout', %(user_timeout)s, false),
+       set_config('idle_session_timeout', '0', false),
+       set_config('idle_in_transaction_session_timeout', '0', false)
+"""
+
+# A bigint key shows in pg_locks as classid (high half) and objid (low half), objsubid 1.
+_HOLDERS = """
+SELECT pid FROM pg_locks
+WHERE locktype = 'advisory' AND objsubid = 1 AND granted
+  AND ((classid::bigint << 32) | objid::bigint) = %(key)s
+  AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+
+CHECK = f"""
+SELECT pg_backend_pid(), array(SELECT pid FROM ({_HOLDERS}) AS h)
+"""
+
+def server_drop_bound(ttl: float) -> tuple[int, int]:
+    """(keepalive idle, total): the server drops a silent holder `total` s after its last word.
+
+    The holder stops its command before that (its local deadline counts from this bound,
+    not the ttl), since an advisory contender may take over the moment the server lets go.
+    """
+    idle = max(3, round(ttl / 4))
+    return idle, idle + 1 * 3
+
+
+def take(conn: psycopg.Connection[Any], claim: lease.Claim) -> bool:
+    """Try the session lock on `conn`, which must then stay the holder's own."""
+    idle, total = server_drop_bound(claim.ttl)
+    row = conn.execute(TAKE, {"key": advisory_key(claim.schema, claim.job), "idle": str(idle),
+                              "user_timeout": str(total * 1000)}).fetchone()
+    assert row is not None
+    claim.backend_pid = row[1]
+    return bool(row[0])
+
+
+def give_back(conn: psycopg.Connection[Any], claim: lease.Claim) -> None:
+    """Release the session lock (a lost race for the row)."""
+    conn.execute("SELECT pg_advisory_unlock(%s)", (advisory_key(claim.schema, claim.job),))
+
+
+def verify_session(other: psycopg.Connection[Any], claim: lease.Claim) -> None:
+    """Our backend, seen from a second connection, must hold the lock alone.
+
+    Behind a transaction pooler `other`'s statement may run on the very session that holds
+    the lock. That the holder's own next statement (the acquire) runs on it is checked by
+    the acquire itself (lease.POOLED).
+    """
+    row = other.execute(CHECK, {"key": advisory_key(claim.schema, claim.job)}).fetchone()
+    assert row is not None
+    other_pid, holders = row
+    if holders != [claim.backend_pid] or other_pid == claim.backend_pid:
+        raise DatabaseError(lease.POOLED)
+
+
+class Session(Protocol):
+    """The holder's connection, reopened on demand."""
+
+    def get(self) -> psycopg.Connection[Any]: ...
+
+    def close(self) -> None: ...
+
+
+class AdvisoryRenewer:
+    """Check the session lock every CHECK_INTERVAL and renew the row with it."""
+
+    def __init__(self, claim: lease.Claim, session: Session) -> None:
+        self.claim = claim
+        self.interval = min(CHECK_INTERVAL, claim.ttl / 3)
+        self.horizon = min(claim.ttl, server_drop_bound(claim.ttl)[1])
+        self._session = session
+        self._reason = "the lock was taken over or cleared"
+        self._retake = False
+
+    def renew(self) -> tuple[lease.Renewal, str | None]:
+        conn = self._session.get()
+        if self._retake:
+            # The old session ended, and its lock with it: take it back unless someone was faster.
+            if not take(conn, self.claim):
+                self._reason = "another host took the advisory lock while we were cut off"
+                return lease.Renewal.LOST, None
+            self._retake = False
+        held, renewed, stop, why = lease.renewal(conn, self.claim)
+        if not held:
+            self._reason = ("this session no longer holds the advisory lock "
+                            "(a transaction-pooling PgBouncer?)")
+        if not (held and renewed):
+            return lease.Renewal.LOST, None
+        return (lease.Renewal.STOP, why) if stop else (lease.Renewal.OURS, None)
+
+    def reset(self) -> None:
+        self._session.close()
+        self._retake = True
+
+    def lost_reason(self) -> str:
+        return self._reason

@@ -1,0 +1,136 @@
+"""Renew the lock from a thread, and know locally when it must count as lost.
+
+The server's expiry cannot come before the moment the last successful renewal was
+*sent* plus the ttl, so that moment, read on the local stopwatch, anchors the local
+deadline. Past `sent + ttl - margin - grace` the lock counts as lost: the command gets
+SIGTERM, and SIGKILL `grace` later, still `margin` before anyone else can take over.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Callable
+from typing import Any, Protocol
+
+import psycopg
+
+from pglock.errors import PglockError, UsageError
+from pglock.lock import clock, lease
+
+# A renewal that fails is retried at this pace until the local deadline.
+RETRY_INTERVAL = 1.0
+
+
+def margin(ttl: float) -> float:
+    """Allowance for scheduling stalls and clock-rate error."""
+    return max(1.0, ttl / 10)
+
+
+def grace(ttl: float, kill_after: float) -> float:
+    """Time between SIGTERM and SIGKILL when the lock is lost."""
+    return min(kill_after, ttl / 4)
+
+
+def check_ttl(ttl: float, kill_after: float) -> None:
+    """Refuse a ttl that leaves no room for a retried renewal before the local deadline."""
+    if ttl - margin(ttl) - grace(ttl, kill_after) < ttl / 3 + RETRY_INTERVAL:
+        raise UsageError(f"--ttl {ttl:g}s is too short: a renewal every ttl/3 and one retry "
+                         "must fit before the lock counts as lost (use 5s or more)")
+
+
+class Renewer(Protocol):
+    """One way of keeping a lock: renew() says whether it is still ours (and whether an
+    operator asked for the command to stop); it raises when unsure."""
+
+    # Seconds between renewals, and how long after a successful renewal was sent the
+    # lock is certainly still ours.
+    interval: float
+    horizon: float
+
+    def renew(self) -> tuple[lease.Renewal, str | None]: ...
+
+    def reset(self) -> None: ...
+
+    def lost_reason(self) -> str: ...
+
+
+class LeaseRenewer:
+    """Lease mode: renew the row every ttl/3 on a connection of the heartbeat's own."""
+
+    def __init__(self, claim: lease.Claim,
+                 connect: Callable[[], psycopg.Connection[Any]]) -> None:
+        self.claim = claim
+        self.interval = claim.ttl / 3
+        self.horizon = claim.ttl
+        self._connect = connect
+        self._conn: psycopg.Connection[Any] | None = None
+
+    def renew(self) -> tuple[lease.Renewal, str | None]:
+        if self._conn is None or self._conn.closed:
+            self._conn = self._connect()
+        return lease.renew(self._conn, self.claim)
+
+    def reset(self) -> None:
+        if self._conn is not None:
+            self._conn.close()
+            self._conn = None
+
+    def lost_reason(self) -> str:
+        return "the lock was taken over or cleared"
+
+
+class Heartbeat:
+    """A renewal thread with a stop event; `lost_at` is the local deadline."""
+
+    def __init__(self, renewer: Renewer, *, acquired_sent_at: float, kill_after: float,
+                 on_lost: Callable[[], None],
+                 on_renewed: Callable[[float], None] | None = None) -> None:
+        self.renewer = renewer
+        self._on_lost = on_lost
+        self._on_renewed = on_renewed
+        self.last_sent = acquired_sent_at
+        self.grace = grace(renewer.horizon, kill_after)
+        self.margin = margin(renewer.horizon)
+        self._slack = self.margin + self.grace
+        self.lost_reason: str | None = None
+        # Set once an operator's `pglock stop` is seen: why, and by whom.
+        self.stop_requested: str | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="pglock-heartbeat", daemon=True)
+
+    def lost_at(self) -> float:
+        """Stopwatch time at which the lock counts as lost without a renewal."""
+        return self.last_sent + self.renewer.horizon - self._slack
+
+    def start(self) -> None:
+        self._thread.start()
+
+    def stop(self) -> bool:
+        """Stop renewing; False if a renewal is stuck on the network (it is abandoned)."""
+        self._stop.set()
+        self._thread.join(timeout=0.5)
+        return not self._thread.is_alive()
+
+    def _loop(self) -> None:
+        next_at = self.last_sent + self.renewer.interval
+        while not self._stop.wait(max(0.0, next_at - clock.now())):
+            sent = clock.now()
+            try:
+                renewal, why = self.renewer.renew()
+            except (psycopg.Error, PglockError):
+                self.renewer.reset()
+                next_at = clock.now() + RETRY_INTERVAL
+                continue
+            if renewal is lease.Renewal.LOST:
+                self.lost_reason = self.renewer.lost_reason()
+                self._on_lost()
+                return
+            if renewal is lease.Renewal.STOP and self.stop_requested is None:
+                # Keep renewing while the command stops: the lock is released normally after.
+                self.stop_requested = why or "pglock stop"
+                self._on_lost()
+            self.last_sent = sent
+            if self._on_renewed is not None:
+                self._on_renewed(self.lost_at())
+            next_at = sent + self.renewer.interval
+        self.renewer.reset()

@@ -1,0 +1,399 @@
+"""`pglock doctor`: check the setup pglock runs against, one finding per check.
+
+Read-only: doctor never creates the schema nor writes a row. Each check says OK, WARN or
+FAIL, what it saw, and what to do about it; the worst level is the exit status.
+"""
+
+from __future__ import annotations
+
+import enum
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+import psycopg
+
+from pglock.db import database, schema
+from pglock.errors import DatabaseError
+from pglock.settings.config import Target
+
+# Below this, advisory mode's session settings (idle_session_timeout) and
+# `clear --terminate`'s pg_terminate_backend(pid, timeout) do not exist.
+MIN_VERSION = 140000
+# Slots are read on the host's clock: past this, hosts disagree about which slot is due.
+CLOCK_SKEW_WARN = 2.0
+# Share of max_connections in use past which a fleet's next burst may be refused.
+CONNECTIONS_WARN = 0.8
+# A statement_timeout or lock_timeout this short cuts a write queued behind another
+# holder's row lock, or waiting for a synchronous standby that is catching up.
+TIMEOUT_WARN_MS = 10_000
+
+
+class Level(enum.IntEnum):
+    """A finding's severity, which is also doctor's exit status."""
+
+    OK = 0
+    WARN = 1
+    FAIL = 2
+
+
+@dataclass(frozen=True)
+class Finding:
+    """One check's result: what was seen, and what to do when it is not OK."""
+
+    check: str
+    level: Level
+    detail: str
+    advice: str = ""
+
+
+@dataclass(frozen=True)
+class Diagnosis:
+    """Every finding, and the database they are about."""
+
+    place: str
+    findings: list[Finding]
+
+    @property
+    def level(self) -> Level:
+        return max((f.level for f in self.findings), default=Level.OK)
+
+
+SERVER = """
+SELECT current_setting('server_version_num')::int, current_setting('server_version'),
+       pg_is_in_recovery(), current_user, current_database()
+"""
+SCHEMA_VERSION = "SELECT value::int FROM {schema}.meta WHERE key = 'version'"
+SCHEMA_EXISTS = "SELECT has_schema_privilege(%(schema)s, 'USAGE') FROM pg_namespace " \
+                "WHERE nspname = %(schema)s"
+CAN_CREATE_SCHEMA = "SELECT has_database_privilege(current_database(), 'CREATE')"
+# What each kind of command needs, as (kind, role that has it, checks): `run` writes only
+# through the run path's functions (schema version 4), the reports read, the operator
+# commands write the tables (pglock init --print-grants).
+CAPABILITIES = """
+SELECT has_function_privilege(%(acquire)s, 'EXECUTE'),
+       has_table_privilege(%(jobs)s, 'SELECT') AND has_table_privilege(%(runs)s, 'SELECT')
+       AND has_column_privilege(%(locks)s, 'expires_at', 'SELECT'),
+       has_table_privilege(%(locks)s, 'UPDATE') AND has_table_privilege(%(audit)s, 'INSERT')
+       AND has_table_privilege(%(runs)s, 'DELETE')
+"""
+SIGNAL_BACKEND = """
+SELECT rolsuper OR pg_has_role(current_user, 'pg_signal_backend', 'MEMBER')
+FROM pg_roles WHERE rolname = current_user
+"""
+# Without pg_monitor (or pg_read_all_stats) a role sees the rows but not sync_state.
+REPLICATION = """
+SELECT current_setting('synchronous_standby_names'),
+       array(SELECT coalesce(sync_state, '?') FROM pg_stat_replication ORDER BY pid)
+"""
+SYNCHRONOUS_COMMIT = "SELECT current_setting('synchronous_commit')"
+CLOCK = "SELECT extract(epoch FROM clock_timestamp())::float8"
+CONNECTIONS = """
+SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'),
+       current_setting('max_connections')::int,
+       current_setting('superuser_reserved_connections')::int
+"""
+ROLE_TIMEOUTS = """
+SELECT name, setting::bigint FROM pg_settings
+WHERE name IN ('idle_session_timeout', 'statement_timeout', 'lock_timeout')
+ORDER BY name
+"""
+BACKEND_PID = "SELECT pg_backend_pid()"
+
+
+def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float) -> Diagnosis:
+    """Run every check against `conninfo` (the resolved `target`)."""
+    findings = [_target(target), _password(target)]
+    try:
+        conn = database.connect(conninfo, application_name="pglock doctor", timeout=timeout)
+    except DatabaseError as error:
+        findings.append(_unreachable(conninfo, str(error)))
+        return Diagnosis(database.describe(conninfo), findings)
+    with conn:
+        place = database.EMBEDDED_PLACE if target.embedded else database.place(conn)
+        checks: list[tuple[str, Callable[[], Finding]]] = [
+            ("server", lambda: _server(conn, place)),
+            ("schema", lambda: _schema(conn, schema_name)),
+            ("terminate", lambda: _signal_backend(conn)),
+            ("timeouts", lambda: _timeouts(conn)),
+            ("commit", lambda: _synchronous_commit(conn)),
+            ("connections", lambda: _connections(conn)),
+        ]
+        # The embedded server is on this host, direct, and alone: nothing more to see.
+        if not target.embedded:
+            checks += [
+                ("pooling", lambda: _pooling(conn, conninfo, timeout)),
+                ("replication", lambda: _replication(conn)),
+                ("clock", lambda: _clock(conn)),
+            ]
+        findings += [_guarded(name, check) for name, check in checks]
+    return Diagnosis(place, findings)
+
+
+def _guarded(name: str, check: Callable[[], Finding]) -> Finding:
+    """A check the server refused is a finding too, not the end of the diagnosis."""
+    try:
+        return check()
+    except (psycopg.Error, DatabaseError) as error:
+        return Finding(name, Level.WARN, f"could not check: {database.first_line(error)}")
+
+
+def _target(target: Target) -> Finding:
+    if target.embedded:
+        return Finding("database", Level.WARN,
+                       "the embedded server: this host only, other hosts cannot see these locks",
+                       "set PGLOCK_DSN (or dsn in the config file) to a PostgreSQL every "
+                       "host of the fleet reaches")
+    return Finding("database", Level.OK, f"from {target.source}")
+
+
+def _password(target: Target) -> Finding:
+    """A password on the command line is readable by every local user (ps) while pglock
+    runs; in a config file, by whoever may read the file."""
+    if target.conninfo is None or not database.carries_password(target.conninfo):
+        return Finding("password", Level.OK, "no password in the DSN" if target.conninfo
+                       is not None else "the embedded server: no password")
+    advice = ("put the password in ~/.pgpass (mode 0600) or PGPASSFILE, or use a service "
+              "file (PGSERVICE) or a client certificate (docs/security.md)")
+    if target.source == "--dsn":
+        return Finding("password", Level.WARN, "the DSN given with --dsn carries a password: "
+                       "every local user can read it (ps) while pglock runs", advice)
+    if target.source.startswith("config file"):
+        import os
+        import stat
+
+        from pglock.settings.config import read_config_file
+
+        path, _ = read_config_file()
+        if path is not None and os.stat(path).st_mode & (stat.S_IRWXG | stat.S_IRWXO):
+            return Finding("password", Level.WARN, f"the DSN of {target.source} carries a "
+                           "password and the file is readable by others than its owner",
+                           f"chmod 600 the file, or: {advice}")
+    return Finding("password", Level.OK, f"the DSN of {target.source} carries a password, "
+                   "readable only by this user")
+
+
+def _unreachable(conninfo: str, error: str) -> Finding:
+    """The read-write connection failed: a standby alone, or no server at all."""
+    try:
+        with psycopg.connect(conninfo, autocommit=True, connect_timeout=5,
+                             target_session_attrs="any") as conn:
+            row = conn.execute("SELECT pg_is_in_recovery()").fetchone()
+    except psycopg.Error:
+        row = None
+    if row and row[0]:
+        return Finding("connection", Level.FAIL,
+                       f"{database.describe(conninfo)} is a standby (in recovery): pglock "
+                       "refuses to lock there",
+                       "point the DSN at the primary, or list every node with "
+                       "target_session_attrs=read-write (pglock adds it) or use the HA "
+                       "service's primary endpoint")
+    return Finding("connection", Level.FAIL, error.removeprefix("pglock: "),
+                   "check the DSN, the network and pg_hba.conf")
+
+
+def _server(conn: psycopg.Connection[Any], place: str) -> Finding:
+    row = conn.execute(SERVER).fetchone()
+    assert row is not None
+    number, version, _recovery, user, _dbname = row
+    detail = f"{place}: PostgreSQL {version}, the primary, as role {user}"
+    if number < MIN_VERSION:
+        return Finding("server", Level.WARN, detail,
+                       "advisory mode and clear --terminate need PostgreSQL 14 or later")
+    return Finding("server", Level.OK, detail)
+
+
+def _schema(conn: psycopg.Connection[Any], name: str) -> Finding:
+    exists = conn.execute(SCHEMA_EXISTS, {"schema": name}).fetchone()
+    if exists is None:
+        row = conn.execute(CAN_CREATE_SCHEMA).fetchone()
+        if row and row[0]:
+            return Finding("schema", Level.OK,
+                           f"schema {name!r} does not exist yet; the first run creates it")
+        return Finding("schema", Level.FAIL,
+                       f"schema {name!r} does not exist and this role may not create it",
+                       "a DBA applies `pglock init --print-sql`, then "
+                       "`pglock init --print-grants --runner-role ROLE` (docs/security.md)")
+    if not exists[0]:
+        return Finding("schema", Level.FAIL, f"schema {name!r} exists but this role lacks USAGE",
+                       f"GRANT USAGE ON SCHEMA {name} TO the pglock role")
+    try:
+        with conn.transaction():
+            row = conn.execute(schema.query(SCHEMA_VERSION, name)).fetchone()
+    except psycopg.errors.UndefinedTable:
+        row = None
+    except psycopg.errors.InsufficientPrivilege as error:
+        return Finding("schema", Level.FAIL, f"cannot read schema {name!r}: "
+                       f"{database.first_line(error)}",
+                       "`pglock init --print-grants --runner-role ROLE` (or --reader-role), "
+                       "run by the schema's owner (docs/security.md)")
+    if row is None:
+        return Finding("schema", Level.FAIL, f"schema {name!r} exists but holds no pglock tables",
+                       "another application's schema? choose another --schema, or apply "
+                       "`pglock init --print-sql`")
+    if row[0] > schema.VERSION:
+        return Finding("schema", Level.FAIL,
+                       f"schema {name!r} is version {row[0]}, newer than this pglock "
+                       f"({schema.VERSION})", "upgrade pglock on this host")
+    return _capabilities(conn, name, row[0])
+
+
+def _capabilities(conn: psycopg.Connection[Any], name: str, version: int) -> Finding:
+    """What this role may do with the schema: run jobs, read reports, operate."""
+    if version < 4:
+        return Finding("schema", Level.OK, f"schema {name!r} version {version}; the next run "
+                       f"upgrades it to {schema.VERSION}")
+    quoted = '"' + name.replace('"', '""') + '"'
+    from pglock.operate import roles
+
+    row = conn.execute(CAPABILITIES, {
+        "acquire": f"{quoted}.{roles.RUN_FUNCTIONS[0]}", "jobs": f'{quoted}."jobs"',
+        "runs": f'{quoted}."runs"', "locks": f'{quoted}."locks"',
+        "audit": f'{quoted}."audit"'}).fetchone()
+    assert row is not None
+    can = dict(zip(("run jobs", "read status, history, check and metrics",
+                    "operate (clear, prune, pause, resume, stop, replay, forget)"),
+                   (bool(v) for v in row), strict=True))
+    able = [what for what, yes in can.items() if yes]
+    unable = [what for what, yes in can.items() if not yes]
+    detail = f"schema {name!r} version {version}; this role can " + (
+        "; ".join(able) if able else "do nothing with it")
+    if unable:
+        detail += "; it cannot " + "; ".join(unable)
+    advice = ("if this host needs it: `pglock init --print-grants --runner-role ROLE` (or "
+              "--reader-role, --operator-role), run by the schema's owner "
+              "(docs/security.md)")
+    if not able:
+        return Finding("schema", Level.FAIL, detail, advice)
+    if not can["run jobs"]:
+        return Finding("schema", Level.WARN, detail, advice)
+    # A runner that cannot operate is least privilege at work, not a problem.
+    return Finding("schema", Level.OK, detail)
+
+
+def _signal_backend(conn: psycopg.Connection[Any]) -> Finding:
+    row = conn.execute(SIGNAL_BACKEND).fetchone()
+    if row and row[0]:
+        return Finding("terminate", Level.OK, "this role may end a holder's backend "
+                       "(clear --terminate)")
+    return Finding("terminate", Level.WARN,
+                   "this role lacks pg_signal_backend: clear --terminate cannot end an advisory "
+                   "holder's session", "GRANT pg_signal_backend TO the pglock role (optional)")
+
+
+def _pooling(conn: psycopg.Connection[Any], conninfo: str, timeout: float) -> Finding:
+    """Transaction pooling hands one client's statements to several server sessions.
+
+    A second client asks right after the first: a pooler gives it the server session the
+    first just released (PgBouncer reuses the last one first), which a direct connection
+    never does; and the first client's next statement may come from another session.
+    """
+    with database.connect(conninfo, application_name="pglock doctor", timeout=timeout) as other:
+        for _ in range(3):
+            first = _pid(conn)
+            if _pid(other) == first or _pid(conn) != first:
+                return Finding("pooling", Level.WARN,
+                               "a transaction- or statement-pooling proxy (PgBouncer?) is in "
+                               "the path: advisory mode refuses to run here",
+                               "use --mode lease (the default) through it, or connect advisory "
+                               "jobs directly or through session pooling")
+    return Finding("pooling", Level.OK, "each connection keeps its own server session")
+
+
+def _pid(conn: psycopg.Connection[Any]) -> int:
+    row = conn.execute(BACKEND_PID).fetchone()
+    assert row is not None
+    return int(row[0])
+
+
+def _replication(conn: psycopg.Connection[Any]) -> Finding:
+    row = conn.execute(REPLICATION).fetchone()
+    assert row is not None
+    names, states = row
+    synchronous = sum(state in ("sync", "quorum") for state in states)
+    ha_advice = ("make a standby synchronous: synchronous_standby_names, Patroni "
+                 "synchronous_mode (and synchronous_mode_strict), or the managed service's "
+                 "HA setting (docs/ha.md)")
+    if not states:
+        if names:
+            return Finding("replication", Level.FAIL,
+                           f"synchronous_standby_names = {names!r} but no standby is connected: "
+                           "every pglock write waits for one", "start the standby, or clear "
+                           "synchronous_standby_names")
+        return Finding("replication", Level.WARN,
+                       "no standby streams from this server: a failover (if any) has nothing "
+                       "up to date to promote",
+                       "fine for one server; for HA, " + ha_advice +
+                       " (a managed service's replicas may not show here)")
+    if "?" in states:
+        return Finding("replication", Level.WARN,
+                       f"{len(states)} standby(s), their sync state hidden from this role",
+                       "GRANT pg_monitor TO the pglock role to let doctor see it")
+    if not synchronous:
+        return Finding("replication", Level.WARN,
+                       f"{len(states)} standby(s), none synchronous: a failover can lose a "
+                       "lock taken just before it, and two hosts run the job",
+                       ha_advice)
+    return Finding("replication", Level.OK,
+                   f"{len(states)} standby(s), {synchronous} synchronous")
+
+
+def _synchronous_commit(conn: psycopg.Connection[Any]) -> Finding:
+    row = conn.execute(SYNCHRONOUS_COMMIT).fetchone()
+    assert row is not None
+    value = row[0]
+    if value in ("off", "local"):
+        return Finding("commit", Level.OK, f"synchronous_commit = {value} for this role; "
+                       "pglock's own writes set it to on")
+    return Finding("commit", Level.OK, f"synchronous_commit = {value}")
+
+
+def _clock(conn: psycopg.Connection[Any]) -> Finding:
+    """The host's wall clock against the server's, to within half a round trip."""
+    before = time.time()
+    row = conn.execute(CLOCK).fetchone()
+    after = time.time()
+    assert row is not None
+    skew = (before + after) / 2 - row[0]
+    uncertainty = (after - before) / 2
+    detail = f"this host's clock is {abs(skew):.2f}s {'ahead of' if skew > 0 else 'behind'} " \
+             f"the server's (±{uncertainty:.2f}s)"
+    if abs(skew) - uncertainty > CLOCK_SKEW_WARN:
+        return Finding("clock", Level.WARN, detail,
+                       "run NTP (chrony, systemd-timesyncd) here: --schedule reads slots on "
+                       "the host clock, and --min-hold must cover the skew")
+    return Finding("clock", Level.OK, detail)
+
+
+def _connections(conn: psycopg.Connection[Any]) -> Finding:
+    row = conn.execute(CONNECTIONS).fetchone()
+    assert row is not None
+    used, limit, reserved = row
+    usable = max(1, limit - reserved)
+    detail = f"{used} of {usable} connections in use (max_connections {limit})"
+    if used / usable > CONNECTIONS_WARN:
+        return Finding("connections", Level.WARN, detail,
+                       "each running lease-mode job holds two, a skipped host one briefly: "
+                       "raise max_connections or put PgBouncer (transaction pooling, lease "
+                       "mode) in front (docs/ha.md)")
+    return Finding("connections", Level.OK, detail)
+
+
+def _timeouts(conn: psycopg.Connection[Any]) -> Finding:
+    values = dict(conn.execute(ROLE_TIMEOUTS).fetchall())
+    problems = []
+    if values.get("idle_session_timeout", 0) > 0:
+        problems.append(f"idle_session_timeout {values['idle_session_timeout']}ms ends a lease "
+                        "holder's idle session (it reconnects, at a cost)")
+    for name in ("statement_timeout", "lock_timeout"):
+        if 0 < values.get(name, 0) < TIMEOUT_WARN_MS:
+            problems.append(f"{name} {values[name]}ms can cancel a write waiting for a row "
+                            "lock or a synchronous standby")
+    if problems:
+        return Finding("timeouts", Level.WARN, "; ".join(problems),
+                       "ALTER ROLE <pglock role> SET idle_session_timeout = 0 (and "
+                       "statement_timeout, lock_timeout = 0 or >= 10s)")
+    return Finding("timeouts", Level.OK,
+                   "no role timeout cuts pglock's sessions (idle_session_timeout, "
+                   "statement_timeout, lock_timeout)")

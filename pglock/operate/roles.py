@@ -1,0 +1,95 @@
+"""Least privilege: the SQL that makes pglock's three group roles and their grants
+(`pglock init --print-grants`; docs/security.md says what each can and cannot do).
+
+- pglock_runner: `pglock run` and nothing more. It writes only through the run path's
+  SECURITY DEFINER functions, which act only on a claim whose random holder id the caller
+  knows, and it cannot read the holder_id column: it takes, renews and releases its own
+  claims only.
+- pglock_reader: status, history, check, metrics, doctor: reads, no holder ids, no writes.
+- pglock_operator: both, plus every write of clear, prune, pause, resume, stop, replay
+  and forget.
+"""
+
+from __future__ import annotations
+
+from psycopg import sql
+
+from pglock.db.schema import query
+from pglock.errors import OPERATOR, READER, RUNNER
+
+# Every column of `locks` but holder_id: with a holder id, the functions renew or release
+# that holder's lock.
+LOCK_COLUMNS = ("job, mode, holder, holder_pid, fencing_token, ttl, acquired_at, renewed_at, "
+                "expires_at, released_at, backend_pid, cleared_at, cleared_by, "
+                "stop_requested_at, stop_requested_by, stop_reason")
+
+# Every column of `seats` (a semaphore's, --limit) but holder_id, for the same reason.
+SEAT_COLUMNS = ("job, seat, seat_limit, mode, holder, holder_pid, fencing_token, ttl, "
+                "acquired_at, renewed_at, expires_at, released_at, cleared_at, cleared_by, "
+                "stop_requested_at, stop_requested_by, stop_reason")
+
+# The run path's functions (sql/migrations/004_roles.sql, 005_seats.sql), by signature.
+RUN_FUNCTIONS = (
+    "acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint, "
+    "boolean, text, text, text, timestamptz, interval, integer, integer, integer)",
+    "start_run(text, text, bigint, text, timestamptz, text, text, timestamptz, interval, "
+    "integer, integer)",
+    "renew(text, text, bigint, boolean)",
+    "release(text, text, bigint, interval, timestamptz)",
+    "finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer, text, "
+    "text, bytea, boolean, boolean, text, text, text)",
+    "note(bigint, text, text)",
+    "holds(text, text, bigint)",
+)
+
+# The tables a reader reads whole (locks and seats: every column but holder_id).
+READ_TABLES = ("meta", "runs", "jobs", "slots", "pauses", "audit")
+
+_CREATE = """DO $roles$ BEGIN
+    CREATE ROLE {role} NOLOGIN;
+EXCEPTION WHEN duplicate_object THEN NULL;
+END $roles$;
+"""
+
+_GRANTS = f"""
+-- {RUNNER}: `pglock run` only. EXECUTE on the run path's functions; no table writes;
+-- the lock rows without their holder ids (read while waiting for a holder).
+GRANT USAGE ON SCHEMA {{schema}} TO {RUNNER};
+GRANT SELECT ON {{schema}}.meta TO {RUNNER};
+GRANT SELECT ({LOCK_COLUMNS}) ON {{schema}}.locks TO {RUNNER};
+""" + "".join(f"GRANT EXECUTE ON FUNCTION {{schema}}.{f} TO {RUNNER};\n"
+              for f in RUN_FUNCTIONS) + f"""
+-- {READER}: status, history, check, metrics, doctor. Reads only, holder ids excepted.
+GRANT USAGE ON SCHEMA {{schema}} TO {READER};
+""" + "".join(f"GRANT SELECT ON {{schema}}.{t} TO {READER};\n" for t in READ_TABLES) + f"""\
+GRANT SELECT ({LOCK_COLUMNS}) ON {{schema}}.locks TO {READER};
+GRANT SELECT ({SEAT_COLUMNS}) ON {{schema}}.seats TO {READER};
+
+-- {OPERATOR}: a runner and a reader, plus the writes of clear, prune, pause, resume,
+-- stop, replay and forget.
+GRANT {RUNNER}, {READER} TO {OPERATOR};
+GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {{schema}} TO {OPERATOR};
+GRANT USAGE ON ALL SEQUENCES IN SCHEMA {{schema}} TO {OPERATOR};
+-- `pglock clear --terminate` ends a holder's backend; that needs pg_signal_backend,
+-- which may signal any non-superuser backend of the cluster: grant it only if wanted.
+-- GRANT pg_signal_backend TO {OPERATOR};
+"""
+
+
+def grants(schema: str, members: dict[str, list[str]] | None = None) -> sql.Composed:
+    """The SQL that creates the three group roles (NOLOGIN, once per cluster), grants them
+    what they need on `schema`, and makes each of `members` (group -> login roles) a
+    member. Run by the schema's owner; again after an upgrade of the schema."""
+    header = sql.SQL(
+        "-- pglock's roles for schema {}: run by the schema's owner (or a superuser),\n"
+        "-- again after each upgrade of the schema (docs/security.md).\n"
+    ).format(sql.Literal(schema))
+    parts: list[sql.Composable] = [header]
+    parts += [sql.SQL(_CREATE).format(role=sql.Identifier(role))
+              for role in (RUNNER, READER, OPERATOR)]
+    parts.append(query(_GRANTS, schema))
+    for group, names in (members or {}).items():
+        for name in names:
+            parts.append(sql.SQL("GRANT {} TO {};\n").format(sql.Identifier(group),
+                                                           sql.Identifier(name)))
+    return sql.Composed(parts)

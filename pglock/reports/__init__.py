@@ -1,0 +1,1 @@
+"""What the database says of the jobs: the one job model; status, history, check, metrics."""

@@ -1,0 +1,265 @@
+"""`pglock check`: the jobs' health as a monitoring plugin reports it (Nagios convention).
+
+Exit 0 OK, 1 WARNING, 2 CRITICAL, 3 UNKNOWN; one summary line with performance data,
+then a line per job that is not OK. A stale lock is always CRITICAL; failed runs in a
+row and missed slots are compared with thresholds.
+"""
+
+from __future__ import annotations
+
+import enum
+import json
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from pglock.errors import UsageError
+from pglock.reports.jobs import Job, Problem, Snapshot, Weight
+from pglock.settings.durations import format_duration
+
+
+class PluginStatus(enum.IntEnum):
+    """A monitoring plugin's exit code (Nagios convention), not pglock's ExitStatus; each
+    with its meaning, the source of check's documented EXIT STATUS."""
+
+    meaning: str
+
+    def __new__(cls, code: int, meaning: str) -> PluginStatus:
+        member = int.__new__(cls, code)
+        member._value_ = code
+        member.meaning = meaning
+        return member
+
+    OK = (0, "OK: no job has a problem (or there are no jobs yet)")
+    WARNING = (1, "WARNING: failed runs in a row or missed slots reached a warning threshold, "
+                  "or a pause is older than --paused-warning")
+    CRITICAL = (2, "CRITICAL: a stale lock, or failed runs in a row or missed slots reached a "
+                   "critical threshold")
+    UNKNOWN = (3, "UNKNOWN: the jobs could not be judged: bad options, no database, a schema "
+                  "pglock cannot read, a job that never ran, a schedule this host cannot "
+                  "read, output that cannot be written; never another code")
+
+
+# A problem found outranks not knowing about one job.
+_RANK = {PluginStatus.OK: 0, PluginStatus.UNKNOWN: 1, PluginStatus.WARNING: 2,
+         PluginStatus.CRITICAL: 3}
+
+
+@dataclass(frozen=True)
+class Thresholds:
+    """At how many failed runs in a row, or missed slots, a job is WARNING or CRITICAL."""
+
+    failures_warning: int = 1
+    failures_critical: int = 1
+    missed_warning: int = 1
+    missed_critical: int = 2
+    # Seconds a pause may last before check warns that it may have been forgotten.
+    paused_warning: float = 86400.0
+
+    def validate(self) -> None:
+        """Refuse thresholds that cannot be met in order."""
+        for name in ("failures", "missed"):
+            warning, critical = getattr(self, f"{name}_warning"), getattr(self, f"{name}_critical")
+            if warning < 1 or critical < 1:
+                raise UsageError(f"--{name}-warning and --{name}-critical must be 1 or more")
+            if warning > critical:
+                raise UsageError(f"--{name}-warning ({warning}) is above "
+                                 f"--{name}-critical ({critical})")
+
+    def level(self, value: int, name: str) -> PluginStatus:
+        if value >= getattr(self, f"{name}_critical"):
+            return PluginStatus.CRITICAL
+        if value >= getattr(self, f"{name}_warning"):
+            return PluginStatus.WARNING
+        return PluginStatus.OK
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One job's status and the reasons for it."""
+
+    job: Job
+    status: PluginStatus
+    reasons: tuple[str, ...]
+
+
+@dataclass(frozen=True)
+class Report:
+    """What check prints and exits with."""
+
+    status: PluginStatus
+    summary: str
+    counts: dict[str, int] = field(default_factory=dict)
+    verdicts: tuple[Verdict, ...] = ()
+    only_job: str | None = None
+    now: datetime | None = None
+
+
+def worst(statuses: list[PluginStatus]) -> PluginStatus:
+    return max(statuses, key=_RANK.__getitem__, default=PluginStatus.OK)
+
+
+def _stale(job: Job, now: datetime) -> str:
+    expired = _ago(job.lock.expires_at if job.lock else None, now)
+    return (f"run {job.last_run_id} is marked running but its lock expired {expired} "
+            "(its holder vanished)")
+
+
+def _dead(job: Job, now: datetime) -> str:
+    dead = job.dead
+    assert dead is not None
+    attempts = "1 attempt" if dead.attempts == 1 else f"{dead.attempts} attempts"
+    error = f": {dead.error}" if dead.error else ""
+    return (f"dead: slot {dead.slot.isoformat()} failed after {attempts}{error} "
+            f"(pglock replay --job {job.name} --reason ...)")
+
+
+def _failed(job: Job, now: datetime) -> str:
+    last = job.last_run
+    assert last is not None
+    in_row = f", {job.failures} in a row" if job.failures > 1 else ""
+    exit_code = "" if last.exit_code is None else f" (exit {last.exit_code})"
+    return f"last run {last.outcome}{exit_code}{in_row}, {_ago(last.finished_at, now)}"
+
+
+def _overdue(job: Job, now: datetime) -> str:
+    assert job.due is not None
+    missed = job.due.missed
+    slots = "1 slot" if missed == 1 else f"{missed} slots"
+    return (f"overdue: {slots} missed, the first due {_ago(job.due.due_at, now)} "
+            f"(schedule '{job.schedule}', grace {format_duration(job.due.grace)})")
+
+
+def _unreadable(job: Job, now: datetime) -> str:
+    return job.schedule_note or "its schedule cannot be read here"
+
+
+def _paused(job: Job, now: datetime) -> str:
+    pause = job.pause
+    assert pause is not None
+    scope = "every job paused" if pause.everywhere else "paused"
+    until = f", until {pause.until.isoformat()}" if pause.until else ""
+    return f"{scope} {_ago(pause.paused_at, now)} by {pause.paused_by}: {pause.reason}{until}"
+
+
+# Each problem's reason, as the line under the summary says it.
+REASONS: dict[Problem, Callable[[Job, datetime], str]] = {
+    Problem.DEAD: _dead, Problem.STALE: _stale, Problem.FAILED: _failed, Problem.OVERDUE: _overdue,
+    Problem.UNREADABLE: _unreadable, Problem.PAUSED: _paused,
+}
+
+
+def level(job: Job, problem: Problem, thresholds: Thresholds) -> PluginStatus:
+    """The plugin status one problem of the job earns under the thresholds."""
+    match problem.weight:
+        case Weight.CRITICAL:
+            return PluginStatus.CRITICAL
+        case Weight.FAILURES:
+            return thresholds.level(job.failures, "failures")
+        case Weight.MISSED:
+            return thresholds.level(job.due.missed if job.due else 0, "missed")
+        case Weight.UNKNOWN:
+            return PluginStatus.UNKNOWN
+        case Weight.PAUSED:
+            paused_for = job.paused_for or 0.0
+            return (PluginStatus.WARNING if paused_for >= thresholds.paused_warning
+                    else PluginStatus.OK)
+
+
+def judge(job: Job, thresholds: Thresholds, now: datetime) -> Verdict:
+    """The job's status under the thresholds."""
+    found = [(level(job, problem, thresholds), REASONS[problem](job, now))
+             for problem in job.problems]
+    reasons = tuple(reason for status, reason in found if status is not PluginStatus.OK)
+    return Verdict(job, worst([status for status, _ in found]), reasons)
+
+
+def evaluate(snapshot: Snapshot, thresholds: Thresholds, job: str | None = None) -> Report:
+    """All jobs judged; a named job that never ran is UNKNOWN."""
+    if job is not None and not snapshot.jobs:
+        return unknown(f"no job named {job!r} has run")
+    verdicts = tuple(judge(health, thresholds, snapshot.now) for health in snapshot.jobs)
+    status = worst([v.status for v in verdicts])
+    counted = sorted(problem for problem in Problem if problem.counted)
+    counts = {problem: sum(problem in v.job.problems for v in verdicts) for problem in counted}
+    ok = sum(v.status is PluginStatus.OK for v in verdicts)
+    jobs = "1 job" if len(verdicts) == 1 else f"{len(verdicts)} jobs"
+    parts = ", ".join(f"{n} {problem}" for problem, n in counts.items() if n)
+    summary = f"{jobs}: {parts + ', ' if parts else ''}{ok} ok"
+    numbers = {"jobs": len(verdicts), "ok": ok, **{str(p): n for p, n in counts.items()}}
+    return Report(status, summary, numbers, verdicts, job, snapshot.now)
+
+
+def unknown(reason: str) -> Report:
+    """The report when the jobs could not be judged at all."""
+    return Report(PluginStatus.UNKNOWN, reason)
+
+
+def render_text(report: Report) -> str:
+    """The summary line, then a line per job that is not OK (or the one job asked about)."""
+    perfdata = " ".join(f"{name}={value}" for name, value in report.counts.items())
+    lines = [f"PGLOCK {report.status.name} - {report.summary}"
+             + (f" | {perfdata}" if perfdata else "")]
+    for verdict in report.verdicts:
+        if verdict.status is PluginStatus.OK and report.only_job is None:
+            continue
+        reasons = "; ".join(verdict.reasons) or _healthy(verdict.job, report.now)
+        lines.append(f"{verdict.status.name}: {verdict.job.name}: {reasons}")
+    return "\n".join(lines)
+
+
+def render_json(report: Report) -> str:
+    """Everything, for machines."""
+    return json.dumps({
+        "status": report.status.name, "exit_code": int(report.status),
+        "summary": report.summary, "counts": report.counts,
+        "jobs": [_job_json(verdict) for verdict in report.verdicts]}, indent=2)
+
+
+def _job_json(verdict: Verdict) -> dict[str, Any]:
+    job, due, last = verdict.job, verdict.job.due, verdict.job.last_run
+    return {
+        "job": job.name, "status": verdict.status.name, "reasons": list(verdict.reasons),
+        "problems": [str(p) for p in job.problems], "state": str(job.state),
+        "schedule": job.schedule, "timezone": job.timezone,
+        "last_outcome": None if last is None else last.outcome,
+        "last_exit_code": None if last is None else last.exit_code,
+        "consecutive_failures": job.failures,
+        "last_started_at": _iso(job.last_started_at),
+        "last_success_at": _iso(job.last_success_at), "running": job.run_open,
+        "held": job.held, "held_until": _iso(job.held_until),
+        "paused": None if job.pause is None else {
+            "since": _iso(job.pause.paused_at), "by": job.pause.paused_by,
+            "reason": job.pause.reason, "until": _iso(job.pause.until),
+            "every_job": job.pause.everywhere},
+        "due_at": None if due is None else _iso(due.due_at),
+        "next_fire": None if due is None else _iso(due.next_fire),
+        "missed_slots": 0 if due is None else due.missed}
+
+
+def _healthy(job: Job, now: datetime | None) -> str:
+    last = job.last_run
+    if job.run_open and job.lock is not None:
+        state = f"running on {job.lock.holder}"
+    elif last is None:
+        state = "no run has finished yet"
+    else:
+        state = f"last run {last.outcome}"
+        if now is not None:
+            state += f" {_ago(last.finished_at, now)}"
+    if job.held_until is not None:
+        state += f", lock held until {_iso(job.held_until)} (--min-hold)"
+    if job.due is not None:
+        state += f", next due {job.due.next_fire.isoformat()}"
+    return state
+
+
+def _ago(moment: datetime | None, now: datetime) -> str:
+    if moment is None:
+        return "at an unknown time"
+    return f"{format_duration(max(0.0, (now - moment).total_seconds()))} ago"
+
+
+def _iso(moment: datetime | None) -> str | None:
+    return None if moment is None else moment.isoformat()

@@ -1,0 +1,82 @@
+"""`pglock jobs`: the jobs file's jobs next to what the database knows of them."""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pglock.reports.jobs import Job
+from pglock.run.jobsfile import ConfiguredJob
+
+
+@dataclass(frozen=True)
+class Compared:
+    """One job of the file, of the database, or both, and where they disagree."""
+
+    name: str
+    configured: ConfiguredJob | None
+    known: Job | None
+    notes: tuple[str, ...]
+
+    @property
+    def drift(self) -> bool:
+        """Whether the file and the database disagree (never run counts)."""
+        return bool(self.notes)
+
+
+def _expression(expr: str | None) -> str | None:
+    """A cron expression as pglock records it (schedule.parse's form)."""
+    if expr is None:
+        return None
+    text = " ".join(expr.split())
+    return text.lower() if text.startswith("@") else text
+
+
+def _shown_schedule(expr: str | None, zone: str | None) -> str:
+    if expr is None:
+        return "none"
+    return f"{expr!r}" + (f" ({zone})" if zone else "")
+
+
+def notes(configured: ConfiguredJob | None, known: Job | None) -> tuple[str, ...]:
+    """What an operator should know about a job: never run, its schedule differs from
+    what its hosts last reported, it runs without being in the file."""
+    if configured is None:
+        return ("not in the jobs file",)
+    if known is None or known.last_run_id is None:
+        return ("never run",)
+    wanted, recorded = _expression(configured.schedule), _expression(known.schedule)
+    # Without `tz` in the file, each host reads the schedule in its own zone: only the
+    # expression can be compared.
+    zone_differs = configured.tz is not None and recorded is not None and \
+        configured.tz != known.timezone
+    if wanted != recorded or zone_differs:
+        return (f"schedule differs: file {_shown_schedule(wanted, configured.tz)}, "
+                f"hosts ran {_shown_schedule(recorded, known.timezone)}",)
+    return ()
+
+
+def compare(configured: Sequence[ConfiguredJob], known: Sequence[Job]) -> list[Compared]:
+    """The file's jobs in its order, then the database's others by name."""
+    by_name = {job.name: job for job in known}
+    listed = [Compared(job.name, job, by_name.get(job.name), notes(job, by_name.get(job.name)))
+              for job in configured]
+    names = {job.name for job in configured}
+    listed += [Compared(job.name, None, job, notes(None, job))
+               for job in sorted(known, key=lambda j: j.name) if job.name not in names]
+    return listed
+
+
+def as_json(listed: Sequence[Compared], path: str | None) -> dict[str, Any]:
+    """`pglock jobs --json` (docs/jobs-file.md)."""
+    return {"config_file": path, "jobs": [{
+        "job": item.name,
+        "configured": item.configured is not None,
+        "schedule": None if item.configured is None else item.configured.schedule,
+        "tz": None if item.configured is None else item.configured.tz,
+        "known": item.known is not None,
+        "state": None if item.known is None else str(item.known.state),
+        "reported_schedule": None if item.known is None else item.known.schedule,
+        "reported_tz": None if item.known is None else item.known.timezone,
+        "notes": list(item.notes)} for item in listed]}

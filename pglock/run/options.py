@@ -1,0 +1,186 @@
+"""What `pglock run` was asked to do: its options checked, before anything touches the
+database (RunOptions), built from the command line's, the variables' and the jobs file's
+values (run_options)."""
+
+from __future__ import annotations
+
+import math
+import os
+import socket
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from pglock.errors import ExitStatus, UsageError
+from pglock.lock.heartbeat import check_ttl
+from pglock.run import output
+from pglock.run.notify import NotifyOptions
+from pglock.settings.config import check_job, check_text, normalized_job
+from pglock.settings.durations import (
+    DURATIONS,
+    RETRIES,
+    SEATS,
+    check_count,
+    parse_duration,
+    parse_size,
+)
+
+# Without --schedule or --min-hold, a released lock stays held this long after pglock
+# started (plus --jitter): the hosts of a fleet, whose clocks differ by up to 10 s, fire
+# one cron trigger within that window, and the next minute's trigger comes after it
+# (docs/lease.md, "The hold").
+DEFAULT_HOLD = 20.0
+
+
+@dataclass(frozen=True)
+class RunOptions:
+    """Everything `pglock run` was asked to do."""
+
+    job: str
+    command: list[str]
+    schema: str = "pglock"
+    mode: str = "lease"
+    ttl: float = 60.0
+    wait: float = 0.0
+    jitter: float = 0.0
+    # None: DEFAULT_HOLD (0 with --schedule, whose slot runs once anyway).
+    min_hold: float | None = None
+    rerun: bool = False
+    # --limit: a counting semaphore of this many seats (1: the job's lock).
+    limit: int = 1
+    max_runtime: float | None = None
+    kill_after: float = 10.0
+    on_lost: str = "kill"
+    conflict_exit_code: int = ExitStatus.CONFLICT
+    holder: str = field(default_factory=socket.gethostname)
+    connect_timeout: float = 10.0
+    schedule: str | None = None
+    tz: str | None = None
+    deadline: float | None = None
+    grace: float | None = None
+    output_tail: int = output.DEFAULT_TAIL
+    output_on_failure: bool = False
+    # Let processes the command leaves behind (a daemon it started) run on unlocked.
+    leave_descendants: bool = False
+    notify: NotifyOptions = field(default_factory=NotifyOptions)
+    # --retries: attempts after the first when one fails or times out (docs/schedules.md,
+    # "Delivery"); --retry-delay: the first wait between two, doubled at each.
+    retries: int = 0
+    retry_delay: float = 30.0
+
+    def __post_init__(self) -> None:
+        # Names that look the same are the same job (NFC; docs/decisions.md).
+        object.__setattr__(self, "job", normalized_job(self.job))
+        # Built once, checked once: before anything touches the database.
+        self.validate()
+
+    def validate(self) -> None:
+        """Refuse bad input before anything touches the database."""
+        check_job(self.job)
+        if not self.command:
+            raise UsageError("no command given: pglock run --job NAME -- COMMAND [ARG...]")
+        self._validate_ranges()
+        check_ttl(self.ttl, self.kill_after)
+        if self.mode not in ("lease", "advisory"):
+            raise UsageError(f"--mode: {self.mode!r} is not one of lease, advisory")
+        if self.on_lost not in ("kill", "continue"):
+            raise UsageError(f"--on-lost: {self.on_lost!r} is not one of kill, continue")
+        if not 0 <= self.conflict_exit_code <= 255:
+            raise UsageError("--conflict-exit-code must be between 0 and 255")
+        if self.max_runtime is not None and self.max_runtime <= 0:
+            raise UsageError("--max-runtime must be more than 0")
+        check_text(self.holder, "--holder")
+        if not self.holder or len(self.holder) > 200:
+            raise UsageError("--holder must be 1-200 characters")
+        if self.min_hold is not None and self.min_hold < 0:
+            raise UsageError("--min-hold must not be negative")
+        output.check_tail_size(self.output_tail)
+        check_count(self.retries, "--retries", RETRIES)
+        check_count(self.limit, "--limit", SEATS)
+        if self.limit > 1 and self.schedule is not None:
+            raise UsageError("--limit cannot be used with --schedule: each slot runs once")
+        if self.limit > 1 and self.mode == "advisory":
+            raise UsageError("--limit needs --mode lease: a session advisory lock is one "
+                             "holder's (docs/lease.md, Semaphores)")
+        self.notify.validate()
+        self._validate_schedule()
+
+    def _validate_ranges(self) -> None:
+        """The ranges of durations.DURATIONS, for callers that did not parse text."""
+        for option, value in (("--ttl", self.ttl), ("--wait", self.wait),
+                              ("--jitter", self.jitter), ("--min-hold", self.min_hold),
+                              ("--max-runtime", self.max_runtime),
+                              ("--kill-after", self.kill_after),
+                              ("--connect-timeout", self.connect_timeout),
+                              ("--deadline", self.deadline), ("--grace", self.grace),
+                              ("--retry-delay", self.retry_delay)):
+            bounds = DURATIONS[option]
+            if value is not None and not (math.isfinite(value) and bounds.admits(value)):
+                raise UsageError(f"{option}: {value:g}s is out of range ({bounds.text()})")
+
+    def zone(self) -> tuple[str | None, str]:
+        """The schedule's zone (None: the host's) and where it was set."""
+        from pglock.settings import schedule
+
+        zone, source = schedule.zone_setting(self.tz, os.environ)
+        return zone, source
+
+    def hold(self, started: float, sent: float) -> float:
+        """How long after its acquisition (sent at `sent`) the lock stays held once released.
+
+        The default counts from pglock's start (`started`, before --jitter), the moment
+        cron fired this trigger, so it ends when every host's start of it is over.
+        """
+        if self.min_hold is not None:
+            return self.min_hold
+        if self.schedule is not None:
+            return 0.0
+        return max(0.0, DEFAULT_HOLD + self.jitter - (sent - started))
+
+    def _validate_schedule(self) -> None:
+        if self.schedule is None:
+            for name, value in (("--tz", self.tz), ("--deadline", self.deadline),
+                                ("--grace", self.grace)):
+                if value is not None:
+                    raise UsageError(f"{name} needs --schedule")
+            return
+        from pglock.settings import schedule
+
+        zone, source = self.zone()
+        schedule.parse(self.schedule, zone, zone_source=source)
+        if self.deadline is not None and self.deadline <= 0:
+            raise UsageError("--deadline must be more than 0")
+
+
+def run_options(v: Mapping[str, Any]) -> RunOptions:
+    """run's parameters checked and converted, as RunOptions (UsageError: the bad one)."""
+    from pglock.settings import config
+
+    return RunOptions(
+        job=v["job"], command=v["command"] or [], schema=config.configured_schema(v["schema"]),
+        mode=v["mode"],
+        ttl=parse_duration(v["ttl"], option="--ttl"),
+        wait=parse_duration(v["wait"], option="--wait"),
+        jitter=parse_duration(v["jitter"], option="--jitter"),
+        min_hold=_optional_duration(v["min_hold"], "--min-hold"), rerun=v["rerun"],
+        limit=v["limit"],
+        max_runtime=_optional_duration(v["max_runtime"], "--max-runtime"),
+        kill_after=parse_duration(v["kill_after"], option="--kill-after"),
+        on_lost=v["on_lost"], conflict_exit_code=v["conflict_exit_code"],
+        holder=v["holder"] or socket.gethostname(),
+        connect_timeout=parse_duration(v["connect_timeout"], option="--connect-timeout"),
+        schedule=v["schedule"], tz=v["tz"],
+        deadline=_optional_duration(v["deadline"], "--deadline"),
+        grace=_optional_duration(v["grace"], "--grace"),
+        output_tail=parse_size(v["output_tail"], option="--output-tail"),
+        output_on_failure=v["output_on_failure"], leave_descendants=v["leave_descendants"],
+        retries=v["retries"], retry_delay=parse_duration(v["retry_delay"], option="--retry-delay"),
+        notify=NotifyOptions(
+            on_failure=v["on_failure"], on_success=v["on_success"],
+            on_recovery=v["on_recovery"],
+            hook_timeout=parse_duration(v["hook_timeout"], option="--hook-timeout"),
+            ping_url=v["ping_url"], event_log=v["event_log"]))
+
+
+def _optional_duration(text: str | None, option: str) -> float | None:
+    return None if text is None else parse_duration(text, option=option)

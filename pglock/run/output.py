@@ -1,0 +1,187 @@
+"""The command's output: passed through as it comes with its tail kept for history, or
+held back and printed only when the command failed (as chronic does).
+
+The command writes into two pipes, so its stdout still reaches pglock's stdout and its
+stderr pglock's stderr. A thread pumps them: a reader of pglock's output that stalls
+blocks that thread only, never the loop that must stop the command when the lock is lost.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import struct
+import threading
+from typing import IO
+
+from pglock.errors import UsageError
+from pglock.settings.durations import OUTPUT_TAIL
+
+DEFAULT_TAIL = 4096
+# The tail goes into a history row; more than this belongs in a log, not in `runs`.
+MAX_TAIL = int(OUTPUT_TAIL.high)
+# Held-back output beyond this goes to a temporary file: the wrapper stays under 40 MB.
+SPOOL = 1024**2
+# After the command exits, how long to wait for helpers it left holding the pipes.
+DRAIN = 2.0
+_CHUNK = 65536
+_RECORD = struct.Struct(">BI")
+
+
+
+def check_tail_size(size: int) -> int:
+    """Refuse a tail that does not fit a history row."""
+    if size > MAX_TAIL:
+        raise UsageError(f"--output-tail: at most {MAX_TAIL // 1024**2}MiB is kept in history")
+    return size
+
+
+def should_capture(tail_size: int, hold_back: bool) -> bool:
+    """Hold-back always captures; a tail only when neither stdout nor stderr is a terminal."""
+    if hold_back:
+        return True
+    return tail_size > 0 and not (os.isatty(1) or os.isatty(2))
+
+
+class Tail:
+    """The last `size` bytes seen, in arrival order, in a ring that never reallocates."""
+
+    def __init__(self, size: int) -> None:
+        self.size = size
+        self.ring = bytearray(size)
+        self.end = 0
+        self.wrapped = False
+
+    def add(self, chunk: bytes) -> None:
+        data = memoryview(chunk)[-self.size:]
+        first = min(len(data), self.size - self.end)
+        self.ring[self.end:self.end + first] = data[:first]
+        rest = len(data) - first
+        self.ring[:rest] = data[first:]
+        self.wrapped = self.wrapped or self.end + len(data) >= self.size
+        self.end = (self.end + len(data)) % self.size
+
+    def value(self) -> bytes:
+        if not self.wrapped:
+            return bytes(self.ring[:self.end])
+        return bytes(self.ring[self.end:]) + bytes(self.ring[:self.end])
+
+
+class HeldBack:
+    """Everything the command wrote, with the stream of each chunk, in order."""
+
+    def __init__(self) -> None:
+        import tempfile  # only chronic-style runs need it
+
+        # Closed by close(), once the run's outcome says whether to print it.
+        self.file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL)  # noqa: SIM115
+
+    def add(self, fd: int, chunk: bytes) -> None:
+        self.file.write(_RECORD.pack(fd, len(chunk)) + chunk)
+
+    def replay(self) -> None:
+        """Write it all out, each chunk to the stream it came from."""
+        self.file.seek(0)
+        while header := self.file.read(_RECORD.size):
+            fd, length = _RECORD.unpack(header)
+            write_all(fd, self.file.read(length))
+
+    def close(self) -> None:
+        self.file.close()
+
+
+def write_all(fd: int, data: bytes) -> bool:
+    """Write every byte; False when the reader went away (or the stream was closed)."""
+    view = memoryview(data)
+    while view:
+        try:
+            view = view[os.write(fd, view):]
+        except InterruptedError:
+            continue
+        except OSError:
+            return False
+    return True
+
+
+class Capture:
+    """Pipes for the command's stdout and stderr, and the thread that empties them."""
+
+    def __init__(self, tail_size: int, hold_back: bool) -> None:
+        self.tail = Tail(tail_size) if tail_size > 0 else None
+        self.held = HeldBack() if hold_back else None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        out_r, self.out_w = os.pipe()
+        err_r, self.err_w = os.pipe()
+        self._readers = {out_r: 1, err_r: 2}
+        self._thread = threading.Thread(target=self._pump, name="pglock-output", daemon=True)
+
+    def child_fds(self) -> tuple[int, int]:
+        """The command's stdout and stderr."""
+        return self.out_w, self.err_w
+
+    def start(self) -> None:
+        """Begin pumping, once the command holds its own copies of the write ends."""
+        self._close_writers()
+        self._thread.start()
+
+    def finish(self) -> bytes | None:
+        """Wait for the pipes to close (a bounded while); the tail."""
+        self._close_writers()
+        if self._thread.is_alive():
+            self._thread.join(DRAIN)
+            self._stop.set()
+            self._thread.join(0.5)
+        with self._lock:
+            return self.tail.value() if self.tail is not None else None
+
+    def release(self, failed: bool) -> None:
+        """Print held-back output if the command failed; drop it otherwise."""
+        if self.held is None:
+            return
+        with self._lock:
+            if failed:
+                self.held.replay()
+            self.held.close()
+
+    def abandon(self) -> None:
+        """The command never started: close everything."""
+        self._close_writers()
+        for fd in self._readers:
+            os.close(fd)
+        if self.held is not None:
+            self.held.close()
+
+    def _close_writers(self) -> None:
+        for fd in (self.out_w, self.err_w):
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self.out_w = self.err_w = -1
+
+    def _pump(self) -> None:
+        selector = selectors.DefaultSelector()
+        for fd, target in self._readers.items():
+            selector.register(fd, selectors.EVENT_READ, target)
+        try:
+            while selector.get_map() and not self._stop.is_set():
+                for key, _ in selector.select(0.1):
+                    chunk = os.read(key.fd, _CHUNK)
+                    if not chunk or not self._take(key.data, chunk):
+                        # EOF, or our reader went away: the command's next write gets
+                        # SIGPIPE, as it would have without pglock in between.
+                        selector.unregister(key.fd)
+                        os.close(key.fd)
+        finally:
+            for key in list(selector.get_map().values()):
+                os.close(key.fd)
+            selector.close()
+
+    def _take(self, target: int, chunk: bytes) -> bool:
+        with self._lock:
+            if self.tail is not None:
+                self.tail.add(chunk)
+            if self.held is not None:
+                self.held.add(target, chunk)
+                return True
+        return write_all(target, chunk)

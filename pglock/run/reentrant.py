@@ -1,0 +1,109 @@
+"""Reentrant runs: `pglock run --job X` inside the command of the run that holds X's lock.
+
+The nested pglock knows it is inside that run by what it inherited (PGLOCK_JOB names its
+job, PGLOCK_HOLDER_ID and PGLOCK_FENCING_TOKEN name the claim), and believes it only once
+the lock row agrees: the same holder id and token, still held. It then runs its command
+directly, under the outer lock, as flock(1)'s FLOCKER idiom does: no lock of its own, no
+history row (the outer run's row covers it), its exit code passed through. A nested run
+whose outer lock is gone (cleared, expired, taken over) skips, as a held lock would make
+it: it must not take a lock its own caller may still believe it holds.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import logging
+import signal
+import subprocess
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+
+from pglock.db import database
+from pglock.errors import ExitStatus, UsageError
+from pglock.lock import lease
+from pglock.run.child import CannotStart
+from pglock.settings.config import normalized_job, shown
+
+log = logging.getLogger(__name__)
+
+# How deep reentrant runs of one job may nest: deeper, its command most likely calls
+# itself (a table whose command is `pglock run --job` of its own job).
+MAX_DEPTH = 10
+# The depth, passed on to the command of a reentrant run.
+DEPTH_VARIABLE = "PGLOCK_REENTERED"
+
+# Signals the nested pglock passes on to its command, as the outer one does.
+_FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, signal.SIGUSR1,
+              signal.SIGUSR2)
+
+
+@dataclass(frozen=True)
+class Inherited:
+    """The claim a command's environment says its run holds."""
+
+    holder_id: str
+    # None: the variable is not a number (then no lock row can agree).
+    fencing_token: int | None
+
+
+def inherited(job: str, environ: Mapping[str, str]) -> Inherited | None:
+    """The claim of the run this pglock is nested in, if that run is of the same job."""
+    holder_id = environ.get("PGLOCK_HOLDER_ID", "")
+    if not holder_id or normalized_job(environ.get("PGLOCK_JOB", "")) != job:
+        return None
+    token = environ.get("PGLOCK_FENCING_TOKEN", "").strip()
+    return Inherited(holder_id, int(token) if token.isascii() and token.isdigit() else None)
+
+
+def confirmed(conninfo: str, schema: str, job: str, claim: Inherited,
+              timeout: float) -> bool:
+    """Whether the lock row agrees that `claim` holds the job's lock now."""
+    if claim.fencing_token is None:
+        return False
+    session = database.Reconnecting(conninfo, application_name=f"pglock run {job} (nested)",
+                                    timeout=timeout)
+    try:
+        with database.translated(f"cannot check the lock of job {job!r}"):
+            return lease.held_by(session.get(), schema, job, claim.holder_id,
+                                 claim.fencing_token)
+    finally:
+        session.close()
+
+
+def run_directly(job: str, argv: Sequence[str], environ: Mapping[str, str]) -> int:
+    """Run the command in this process group (the outer run's, which it stops as one)
+    and wait for it: its exit code, 128+N when a signal ended it."""
+    text = environ.get(DEPTH_VARIABLE, "0")
+    depth = int(text) + 1 if text.isascii() and text.isdigit() else 1
+    if depth >= MAX_DEPTH:
+        raise UsageError(f"job {job!r}: nested {depth} deep in runs of itself; not running its "
+                         f"command again (does its command call pglock run --job {job} "
+                         "without a command?)")
+    if not argv or not argv[0]:
+        raise CannotStart("command not found: ''", ExitStatus.NOT_FOUND)
+    try:
+        process = subprocess.Popen(list(argv), env={**environ, DEPTH_VARIABLE: str(depth)})
+    except FileNotFoundError:
+        raise CannotStart(f"command not found: {shown(argv[0])}", ExitStatus.NOT_FOUND) from None
+    except OSError as error:
+        reason = error.strerror or type(error).__name__
+        raise CannotStart(f"cannot execute {shown(argv[0])}: {reason}",
+                          ExitStatus.CANNOT_EXECUTE) from None
+    with _forwarding(process):
+        code = process.wait()
+    return 128 - code if code < 0 else code
+
+
+@contextlib.contextmanager
+def _forwarding(process: subprocess.Popen[bytes]) -> Iterator[None]:
+    """Signals sent to this pglock alone reach the command too; it decides how to end."""
+    def forward(signum: int, _: object) -> None:
+        with contextlib.suppress(ProcessLookupError):
+            process.send_signal(signum)
+
+    previous = {signum: signal.signal(signum, forward) for signum in _FORWARDED}
+    try:
+        yield
+    finally:
+        for signum, handler in previous.items():
+            signal.signal(signum, handler)

@@ -1,0 +1,199 @@
+"""Supervising the command: signals in, deadlines watched, the outcome decided.
+
+The main thread waits here on the command's exit (a pidfd), a wake-up pipe (signals and
+the heartbeat thread write to it) and a timeout computed from the nearest deadline: the
+lock's local deadline, --max-runtime, or the SIGKILL that follows a SIGTERM. Nothing in
+this loop waits on the database.
+
+When the command exits, the job is not done while processes it left behind run (a daemon
+it started): the loop goes on, polling for them, with the same deadlines; stopping the
+command stops them too (runner.Child.signal_family).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import selectors
+import signal
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass, field
+from types import FrameType
+
+from pglock.errors import ExitStatus, Interrupted
+from pglock.lock import clock
+from pglock.lock.heartbeat import Heartbeat
+from pglock.lock.ledger import Outcome, RunResult
+from pglock.run.child import FORWARDED, STOPPING, Child, exit_status
+
+# How often to look for the command's leftover processes once it has exited: they are
+# not our children to wait on, only to find in /proc.
+LINGER_POLL = 0.2
+
+
+class SignalGate:
+    """Before the command starts, a stop signal aborts; after, every signal is forwarded."""
+
+    def __init__(self) -> None:
+        self.child: Child | None = None
+        self.stop_signal: int | None = None
+        # Between two attempts (the backoff of --retries): a stop signal is noted, not
+        # raised, so that the lock is released and the slot's end told.
+        self.between = False
+        self.wake_r, self.wake_w = os.pipe()
+        os.set_blocking(self.wake_w, False)
+
+    def install(self) -> None:
+        for signum in FORWARDED:
+            signal.signal(signum, self._handle)
+        signal.set_wakeup_fd(self.wake_w)
+
+    def wake(self) -> None:
+        """Wake the supervising loop from another thread."""
+        with contextlib.suppress(BlockingIOError):
+            os.write(self.wake_w, b"\0")
+
+    def _handle(self, signum: int, _frame: FrameType | None) -> None:
+        if self.child is None:
+            if signum in STOPPING:
+                if self.between:
+                    self.stop_signal = signum
+                    return
+                raise Interrupted(signum)
+            return
+        if signum not in STOPPING:
+            # USR1/USR2 mean something to the command itself (reopen logs, dump state);
+            # its helpers would merely die of them.
+            self.child.signal_leader(signum)
+            return
+        self.child.signal_family(signum, resume=False)
+        if self.stop_signal is None:
+            self.stop_signal = signum
+
+    def block(self) -> None:
+        """Hold signals back (until unblock(), or the end of a blocked() section)."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+
+    def unblock(self) -> None:
+        """Deliver the signals held back (a stop signal raises Interrupted here)."""
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+
+    @contextmanager
+    def blocked(self) -> Iterator[None]:
+        """Hold signals back while the command is forked, so none lands in between."""
+        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        try:
+            yield
+        finally:
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+
+
+@dataclass
+class Supervision:
+    """Wait for the command while watching the lock's local deadline and --max-runtime."""
+
+    child: Child
+    heartbeat: Heartbeat
+    gate: SignalGate
+    max_runtime: float | None
+    kill_after: float
+    on_lost: str
+    started: float = field(default_factory=clock.now)
+    lost: str | None = None
+    timed_out: bool = False
+    stopped: str | None = None
+    kill_at: float | None = None
+    # Told the SIGKILL time when the lock is lost and the command gets its SIGTERM from
+    # here (the watchdog then need not send one of its own).
+    on_terminated: Callable[[float], None] | None = None
+
+    def wait(self) -> int:
+        """Block until the command exits; its return code."""
+        selector = selectors.DefaultSelector()
+        exit_fd = self.child.exit_fd()
+        if exit_fd is not None:
+            selector.register(exit_fd, selectors.EVENT_READ)
+        selector.register(self.gate.wake_r, selectors.EVENT_READ)
+        try:
+            while (returncode := self.child.poll()) is None:
+                self._pause(selector, polling=exit_fd is None)
+            if exit_fd is not None:
+                selector.unregister(exit_fd)
+            # The lock is held until whatever the command left running has exited too.
+            while self.child.lingering():
+                self._pause(selector, longest=LINGER_POLL)
+        finally:
+            selector.close()
+            if exit_fd is not None:
+                os.close(exit_fd)
+        if self.lost or self.timed_out or self.stopped:
+            # The leader is gone; nothing else of the group may go on working unlocked.
+            self.child.signal_family(signal.SIGKILL)
+        return returncode
+
+    def _pause(self, selector: selectors.BaseSelector, *, polling: bool = False,
+               longest: float = 3600.0) -> None:
+        """Act on what is due, then sleep until the next deadline, a signal or a wake-up."""
+        self._check(clock.now())
+        for key, _ in selector.select(min(self._timeout(polling), longest)):
+            if key.fd == self.gate.wake_r:
+                os.read(self.gate.wake_r, 512)
+
+    def _check(self, now: float) -> None:
+        if self.lost is None and (self.heartbeat.lost_reason or now >= self.heartbeat.lost_at()):
+            self.lost = self.heartbeat.lost_reason or "no renewal succeeded in time"
+            if self.on_lost == "kill":
+                self._stop(now, self.heartbeat.grace)
+                if self.on_terminated is not None and self.kill_at is not None:
+                    self.on_terminated(self.kill_at)
+        if self.stopped is None and self.heartbeat.stop_requested is not None:
+            self.stopped = self.heartbeat.stop_requested
+            self._stop(now, self.kill_after)
+        if (self.max_runtime is not None and not self.timed_out
+                and now >= self.started + self.max_runtime):
+            self.timed_out = True
+            self._stop(now, self.kill_after)
+        if self.gate.stop_signal is not None and self.kill_at is None:
+            self.kill_at = now + self.kill_after
+        if self.kill_at is not None and now >= self.kill_at:
+            # Again at every turn once due: a leftover process may have forked meanwhile.
+            self.child.signal_family(signal.SIGKILL)
+            self.kill_at = float("inf")
+
+    def _stop(self, now: float, grace: float) -> None:
+        if self.kill_at is None or self.kill_at == float("inf"):
+            self.child.signal_family(signal.SIGTERM)
+            self.kill_at = now + grace
+        else:
+            self.kill_at = min(self.kill_at, now + grace)
+
+    def _timeout(self, polling: bool) -> float:
+        deadlines = [self.heartbeat.lost_at()]
+        if self.max_runtime is not None:
+            deadlines.append(self.started + self.max_runtime)
+        if self.kill_at is not None:
+            deadlines.append(self.kill_at)
+        timeout = max(0.0, min(deadlines) - clock.now())
+        return min(timeout, 0.05) if polling else min(timeout, 3600.0)
+
+    def result(self, returncode: int) -> tuple[RunResult, int]:
+        """The recorded result and pglock's exit code."""
+        status = exit_status(returncode)
+        signum = -returncode if returncode < 0 else None
+        duration = clock.now() - self.started
+        if self.lost:
+            return RunResult(Outcome.LOCK_LOST, status, duration, signum,
+                             f"lock lost: {self.lost}"), ExitStatus.INTERNAL
+        if self.stopped is not None:
+            # As a command that SIGTERM ended; `stop` is the operator's, so never a retry.
+            return RunResult(Outcome.STOPPED, status, duration, signum,
+                             f"stopped by pglock stop: {self.stopped}"), 128 + signal.SIGTERM
+        if self.timed_out:
+            return RunResult(Outcome.TIMED_OUT, status, duration, signum,
+                             "stopped by --max-runtime"), ExitStatus.TIMED_OUT
+        if self.gate.stop_signal is not None or signum is not None:
+            return RunResult(Outcome.KILLED, status, duration, signum or self.gate.stop_signal,
+                             None), status
+        outcome = Outcome.SUCCEEDED if status == 0 else Outcome.FAILED
+        return RunResult(outcome, status, duration), status

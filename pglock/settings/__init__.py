@@ -1,0 +1,1 @@
+"""Settings read without a database: the config file, durations and their ranges, schedules."""

@@ -1,0 +1,220 @@
+"""Where the database is: --dsn, PGLOCK_DSN, a config file, libpq's variables, or embedded."""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from dataclasses import dataclass
+from pathlib import Path
+
+from pglock.errors import ConfigError, UsageError
+
+# libpq reads these itself; any of them set means "the operator configured a server".
+_LIBPQ_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGSERVICE", "PGDATABASE")
+DEFAULT_SCHEMA = "pglock"
+# The keys a config file may hold, and their type. An unknown key is an error: a typo'd
+# `dsn` would otherwise send the fleet to the embedded, this-host-only server.
+# `jobs` holds a table per job (`[jobs.NAME]`), checked by jobsfile.py when a job is run.
+CONFIG_KEYS: dict[str, type] = {"dsn": str, "schema": str, "embedded": bool,
+                                 "embedded_linger": str, "jobs": dict}
+
+
+@dataclass(frozen=True)
+class Target:
+    """The database to use; conninfo None means the embedded server."""
+
+    conninfo: str | None
+    source: str
+    # The embedded server's linger after its last user, in seconds (embedded only).
+    linger: float = 0.0
+
+    @property
+    def embedded(self) -> bool:
+        return self.conninfo is None
+
+
+def config_paths() -> list[Path]:
+    """Config files in the order they are searched."""
+    explicit = os.environ.get("PGLOCK_CONFIG")
+    if explicit:
+        return [Path(explicit)]
+    xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
+    return [Path(xdg) / "pglock" / "config.toml", Path("/etc/pglock/config.toml")]
+
+
+# Parsed config files by path and content: a run reads the file for its jobs table, its
+# schema and its DSN, and parses it once (a changed file, or PGLOCK_CONFIG pointed
+# elsewhere, is parsed afresh; reading it again costs far less than parsing it).
+_parsed: dict[tuple[str, bytes], dict[str, object]] = {}
+
+
+def read_config_file() -> tuple[Path | None, dict[str, object]]:
+    """The first config file that exists, parsed and checked; (None, {}) when there is none.
+
+    The values are shared between calls: read them, never change them."""
+    paths = config_paths()
+    for path in paths:
+        try:
+            data = path.read_bytes()
+        except FileNotFoundError:
+            continue
+        except OSError as error:
+            raise ConfigError(f"config file {shown(str(path))}: {error.strerror}") from None
+        key = (str(path), data)
+        if key not in _parsed:
+            _parsed[key] = _parse(path, data)
+        return path, _parsed[key]
+    if os.environ.get("PGLOCK_CONFIG"):
+        raise ConfigError(f"config file {shown(paths[0].as_posix())} (PGLOCK_CONFIG) does not "
+                          "exist")
+    return None, {}
+
+
+def _parse(path: Path, data: bytes) -> dict[str, object]:
+    import tomllib  # only when there is a file: every run's start-up counts
+
+    try:
+        values = tomllib.loads(data.decode())
+    except UnicodeDecodeError as error:
+        # Never the content: the file holds the DSN, password and all.
+        raise ConfigError(f"config file {shown(str(path))}: not valid UTF-8 (byte "
+                          f"{error.start} of the file)") from None
+    except tomllib.TOMLDecodeError as error:
+        raise ConfigError(f"config file {shown(str(path))}: {error}") from None
+    _check_keys(path, values)
+    return values
+
+
+def _check_keys(path: Path, values: dict[str, object]) -> None:
+    for key, value in values.items():
+        expected = CONFIG_KEYS.get(key)
+        if expected is None:
+            raise ConfigError(f"config file {shown(str(path))}: unknown key {shown(key)!r} "
+                              f"(known: {', '.join(CONFIG_KEYS)})")
+        if expected is dict:
+            if not isinstance(value, dict):
+                raise ConfigError(f"config file {shown(str(path))}: {key} must be tables, one "
+                                  "per job ([jobs.NAME])")
+        elif expected is bool:
+            if not isinstance(value, bool):
+                raise ConfigError(f"config file {shown(str(path))}: {key} must be true or false")
+        elif not isinstance(value, expected) or not value:
+            raise ConfigError(f"config file {shown(str(path))}: {key} must be a non-empty "
+                              "string")
+
+
+def resolve_target(dsn_option: str | None) -> Target:
+    """The first DSN found wins: --dsn (or PGLOCK_DSN), config file, libpq variables."""
+    if dsn_option is None and os.environ.get("PGLOCK_DSN") == "":
+        # click reads an empty variable as unset; an empty DSN is still a mistake.
+        dsn_option = ""
+    if dsn_option is not None:
+        source = "PGLOCK_DSN" if dsn_option == os.environ.get("PGLOCK_DSN") else "--dsn"
+        if not dsn_option.strip():
+            # An unset shell variable, most likely: the embedded server would be this host's
+            # alone, and the fleet would lose its exclusion without a word.
+            raise UsageError(f"{source}: an empty DSN; unset it to use the config file, "
+                             "libpq's variables or the embedded server")
+        return Target(dsn_option, source)
+    path, values = read_config_file()
+    dsn = values.get("dsn")
+    if isinstance(dsn, str):
+        return Target(dsn, f"config file {shown(str(path))}")
+    if any(os.environ.get(name) for name in _LIBPQ_VARIABLES):
+        return Target("", "libpq environment (PGHOST, PGSERVICE, ...)")
+    forbidden_by = _embedded_forbidden_by(path, values)
+    if forbidden_by is not None:
+        raise ConfigError(f"no database configured, and {forbidden_by} forbids the embedded "
+                          "one: set PGLOCK_DSN, or dsn in /etc/pglock/config.toml")
+    return Target(None, "embedded", embedded_linger(path, values))
+
+
+def embedded_linger(path: Path | None, values: dict[str, object]) -> float:
+    """How long the embedded server stays up after its last user: PGLOCK_EMBEDDED_LINGER,
+    else embedded_linger in the config file, else durations.DEFAULT_LINGER; 0 stops it
+    with its last user."""
+    from pglock.settings.durations import DEFAULT_LINGER, EMBEDDED_LINGER, parse_duration
+
+    variable = os.environ.get("PGLOCK_EMBEDDED_LINGER", "").strip()
+    setting, where = (variable, "PGLOCK_EMBEDDED_LINGER") if variable else (
+        values.get("embedded_linger"), f"config file {shown(str(path))}: embedded_linger")
+    if isinstance(setting, str):
+        try:
+            seconds = parse_duration(setting, option=where)
+        except UsageError as error:
+            raise ConfigError(str(error)) from None
+        if not EMBEDDED_LINGER.admits(seconds):
+            raise ConfigError(f"{where}: {setting} is out of range ({EMBEDDED_LINGER.text()})")
+        return seconds
+    return DEFAULT_LINGER
+
+
+_FALSE, _TRUE = ("0", "false", "no", "off"), ("1", "true", "yes", "on")
+
+
+def _embedded_forbidden_by(path: Path | None, values: dict[str, object]) -> str | None:
+    """What forbids the embedded fallback (PGLOCK_EMBEDDED=0, embedded = false), or None.
+
+    A fleet host must never run its jobs alone because its configuration went missing.
+    """
+    variable = os.environ.get("PGLOCK_EMBEDDED", "").strip().lower()
+    if variable:
+        if variable not in _FALSE + _TRUE:
+            raise ConfigError(f"PGLOCK_EMBEDDED: {variable!r} is not 0 or 1")
+        return f"PGLOCK_EMBEDDED={variable}" if variable in _FALSE else None
+    allowed = values.get("embedded", True)
+    if not isinstance(allowed, bool):
+        raise ConfigError(f"config file {path}: embedded must be true or false")
+    return None if allowed else f"embedded = false in {path}"
+
+
+def configured_schema(schema_option: str | None) -> str:
+    """The schema name: --schema (or PGLOCK_SCHEMA), the config file, or `pglock`."""
+    schema = schema_option
+    if schema is None:
+        _, values = read_config_file()
+        value = values.get("schema", DEFAULT_SCHEMA)
+        schema = value if isinstance(value, str) else DEFAULT_SCHEMA
+    check_text(schema, "--schema")
+    if not schema or len(schema.encode()) > 63 or "\x00" in schema:
+        raise UsageError(f"--schema: {schema!r} is not a usable schema name (1-63 bytes)")
+    return schema
+
+
+def check_job(job: str) -> str:
+    """A job name is 1-200 characters with no control characters; anything else is data.
+
+    Names are compared in Unicode NFC: an "é" typed as one character or as "e" and a
+    combining accent is one job (docs/decisions.md).
+    """
+    check_text(job, "--job")
+    job = normalized_job(job)
+    if not job:
+        raise UsageError("--job: the job name is empty")
+    if len(job) > 200:
+        raise UsageError(f"--job: the job name is {len(job)} characters long; the limit is 200")
+    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in job):
+        raise UsageError(f"--job: the job name {job!r} contains a control character")
+    return job
+
+
+def normalized_job(job: str) -> str:
+    """A job name as pglock compares it (NFC), for every place a name enters."""
+    return unicodedata.normalize("NFC", job)
+
+
+def undecodable(text: str) -> bool:
+    """Whether `text` came from bytes that are not UTF-8 (Python keeps them as surrogates)."""
+    return any(0xDC80 <= ord(c) <= 0xDCFF for c in text)
+
+
+def check_text(text: str, what: str) -> str:
+    """Refuse text that is not UTF-8: it cannot be stored, sent or shown as it is."""
+    if undecodable(text):
+        raise UsageError(f"{what}: {shown(text)!r} is not valid UTF-8")
+    return text
+
+
+def shown(text: str) -> str:
+    """`text` with its non-UTF-8 bytes as \\xNN escapes, printable on any stream."""
+    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")

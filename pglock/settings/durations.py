@@ -1,0 +1,131 @@
+"""Parse the durations and sizes operators type: 90, 90s, 5m, 1h30m, 4KiB."""
+
+from __future__ import annotations
+
+import math
+import re
+from dataclasses import dataclass
+
+from pglock.errors import UsageError
+
+_UNITS = {"ms": 0.001, "s": 1.0, "m": 60.0, "h": 3600.0, "d": 86400.0}
+_PART = re.compile(r"(\d+(?:\.\d+)?)(ms|s|m|h|d)", re.ASCII)
+_SIZE = re.compile(r"(\d+)\s*(b|k|kb|kib|m|mb|mib|g|gb|gib)?", re.IGNORECASE | re.ASCII)
+_SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024,
+               "m": 1024**2, "mb": 1000**2, "mib": 1024**2,
+               "g": 1024**3, "gb": 1000**3, "gib": 1024**3}
+
+
+MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
+
+
+@dataclass(frozen=True)
+class Bounds:
+    """The values an option accepts, both ends included unless `above` (more than `low`)."""
+
+    low: float
+    high: float
+    above: bool = False
+
+    def text(self) -> str:
+        low = "more than 0" if self.above and self.low == 0 else format_bound(self.low)
+        return f"{low} to {format_bound(self.high)}"
+
+    def admits(self, value: float) -> bool:
+        return (value > self.low if self.above else value >= self.low) and value <= self.high
+
+
+# Every duration pglock accepts, and its range: refused at parse time, so no timeout,
+# thread join or database interval derived from one can overflow, and no row written
+# with one can break a reader (a timestamp past year 9999 does not fit Python).
+# README.md and docs/operators.md list the same ranges.
+DURATIONS: dict[str, Bounds] = {
+    "--ttl": Bounds(5, 7 * DAY),
+    "--connect-timeout": Bounds(0, HOUR),
+    "--wait": Bounds(0, 7 * DAY),
+    "--jitter": Bounds(0, DAY),
+    "--min-hold": Bounds(0, 7 * DAY),
+    "--max-runtime": Bounds(0, 366 * DAY, above=True),
+    "--kill-after": Bounds(0, HOUR),
+    "--deadline": Bounds(0, 366 * DAY, above=True),
+    "--grace": Bounds(0, 366 * DAY),
+    "--since": Bounds(0, 36500 * DAY),
+    "--older-than": Bounds(0, 36500 * DAY),
+    "--interval": Bounds(0.5, HOUR),
+    "--retry-delay": Bounds(0, DAY),
+}
+# Sizes and counts, likewise.
+OUTPUT_TAIL = Bounds(0, 1024**2)
+HISTORY_LIMIT = Bounds(1, 100_000)
+RETRIES = Bounds(0, 100)
+# --limit: the seats of a semaphore.
+SEATS = Bounds(1, 1000)
+# The embedded server's linger (PGLOCK_EMBEDDED_LINGER, embedded_linger): not an option.
+EMBEDDED_LINGER = Bounds(0, 7 * DAY)
+# How long the embedded server stays up after its last user left, unless configured:
+# a job every few minutes finds it warm.
+DEFAULT_LINGER = 600.0
+
+
+def format_bound(seconds: float) -> str:
+    """A range's end as an operator types it: 0, 500ms, 5s, 1h, 7d."""
+    for unit, size in (("d", DAY), ("h", HOUR), ("m", MINUTE), ("s", 1.0)):
+        if seconds >= size and seconds % size == 0:
+            return f"{seconds / size:g}{unit}"
+    return "0" if seconds == 0 else f"{seconds * 1000:g}ms"
+
+
+def parse_duration(text: str, *, option: str = "duration") -> float:
+    """Seconds in `text`: a bare number is seconds; units ms, s, m, h, d combine (1h30m).
+
+    An option listed in DURATIONS must fall within its range.
+    """
+    value = text.strip().lower()
+    if re.fullmatch(r"\d+(\.\d+)?", value, re.ASCII):
+        seconds = float(value)
+    else:
+        parts = _PART.findall(value)
+        if not parts or "".join(n + u for n, u in parts) != value:
+            raise UsageError(f"{option}: {text!r} is not a duration "
+                             "(examples: 90, 90s, 5m, 1h30m)")
+        seconds = sum(float(number) * _UNITS[unit] for number, unit in parts)
+    bounds = DURATIONS.get(option)
+    if bounds is not None and not (math.isfinite(seconds) and bounds.admits(seconds)):
+        raise UsageError(f"{option}: {text.strip()} is out of range ({bounds.text()})")
+    return seconds
+
+
+def check_count(value: int, option: str, bounds: Bounds) -> int:
+    """Refuse a count or size outside its range."""
+    if not bounds.admits(value):
+        raise UsageError(f"{option}: {value} is out of range ({bounds.low:g} to "
+                         f"{bounds.high:g})")
+    return value
+
+
+def parse_size(text: str, *, option: str = "size") -> int:
+    """Bytes in `text`: 4096, 4KiB, 4k, 1MB."""
+    match = _SIZE.fullmatch(text.strip())
+    if not match or len(match.group(1)) > 20:
+        raise UsageError(f"{option}: {text!r} is not a size (examples: 0, 4096, 4KiB, 1MiB)")
+    return int(match.group(1)) * _SIZE_UNITS[(match.group(2) or "").lower()]
+
+
+def format_duration(seconds: float) -> str:
+    """A short human form: 850ms, 42s, 3m05s, 2h01m, 3d04h."""
+    # Each unit is chosen by the value as it will be shown: 0.9996 is "1.0s", not "1000ms".
+    if round(seconds * 1000) < 1000:
+        return f"{seconds * 1000:.0f}ms"
+    if round(seconds, 1) < 10:
+        return f"{seconds:.1f}s"
+    if round(seconds) < 60:
+        return f"{seconds:.0f}s"
+    # Only the carry from seconds into minutes rounds; longer spans are cut, as a clock is.
+    minutes, secs = divmod(max(60, int(seconds)), 60)
+    if minutes < 60:
+        return f"{minutes}m{secs:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    if hours < 24:
+        return f"{hours}h{minutes:02d}m"
+    days, hours = divmod(hours, 24)
+    return f"{days}d{hours:02d}h"

@@ -1,0 +1,225 @@
+"""Cron schedules and their slots: pure time arithmetic, no database, no clock of its own.
+
+A slot is the latest fire time at or before a moment, read in the schedule's zone, as
+cron reads its crontab. Everything here takes the moment as an argument, so the same
+functions serve `run` (the host's clock: it must agree with the cron daemon that
+started pglock) and `status`/`check` (the database's clock).
+
+croniter costs some 60 ms to import: it is imported only once a schedule is parsed.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta, tzinfo
+from functools import lru_cache
+from pathlib import Path
+from typing import Any
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from pglock.errors import UsageError
+from pglock.settings.durations import DURATIONS
+
+KEYWORDS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
+# Missed slots are counted up to here: a minutely job down for a year is "1000+", not a loop.
+MISSED_LIMIT = 1000
+MIN_GRACE = 60.0
+_EXPANDED = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
+             "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
+             "@hourly": "0 * * * *"}
+# croniter's get_prev is strictly before its start; a hair later makes "at or before".
+# Arithmetic and comparisons happen in UTC: in a zone, datetime drops `fold` on addition
+# and compares wall clocks, and the repeated hour of autumn would go wrong.
+_HAIR = timedelta(microseconds=1)
+
+
+@dataclass(frozen=True)
+class Schedule:
+    """A validated cron expression and the zone it is read in."""
+
+    expr: str
+    zone: str
+    tz: tzinfo
+
+    @property
+    def wildcard(self) -> bool:
+        """Cron's "wildcard job": its minute or hour field starts with `*` (`*/5` too).
+
+        When the clock falls back, cron runs wildcard jobs again in the repeated hour, and
+        fixed-time jobs only in its first pass (Vixie cron, cronie).
+        """
+        fields = _EXPANDED.get(self.expr, self.expr).split()
+        return fields[0].startswith("*") or fields[1].startswith("*")
+
+
+@dataclass(frozen=True)
+class SlotInfo:
+    """Where a moment falls in a schedule."""
+
+    slot: datetime
+    previous: datetime
+    next: datetime
+
+    @property
+    def default_grace(self) -> float:
+        """max(1 minute, 10 % of the interval between the last two slots), in seconds, at
+        most --grace's upper bound (a slot every 28 years would otherwise give 2.8)."""
+        # In UTC: Python subtracts two times of one zone on the wall clock, which across a
+        # DST change is an hour off.
+        tenth = (self.slot.astimezone(UTC) - self.previous.astimezone(UTC)).total_seconds() / 10
+        return min(max(MIN_GRACE, tenth), DURATIONS["--grace"].high)
+
+
+@dataclass(frozen=True)
+class Due:
+    """A scheduled job's standing at a moment."""
+
+    # The first slot after the last run's slot: no run has started for it.
+    due_at: datetime
+    # The next fire time after the moment (cron's next start).
+    next_fire: datetime
+    # Slots more than a grace past with no run, counted up to MISSED_LIMIT.
+    missed: int
+
+    @property
+    def overdue(self) -> bool:
+        return self.missed > 0
+
+
+def parse(expr: str, zone: str | None = None, *, zone_source: str = "--tz") -> Schedule:
+    """Validate a crontab expression and zone (None: the host's); UsageError names the bad one."""
+    tz, name = resolve_zone(zone, zone_source)
+    return _parse(" ".join(expr.split()), name, tz)
+
+
+def zone_setting(tz_option: str | None, environ: Mapping[str, str]) -> tuple[str | None, str]:
+    """The zone a schedule is read in, and where it was set: --tz (PGLOCK_TZ), CRON_TZ.
+
+    (None, ...) leaves it to `local_zone`: TZ, else /etc/localtime. CRON_TZ comes before
+    TZ as in cronie, where it sets the zone the crontab's fire times are read in (and is
+    passed on to the commands, pglock among them) while TZ only sets theirs.
+    """
+    if tz_option:
+        return tz_option, "--tz"
+    cron_tz = environ.get("CRON_TZ", "").lstrip(":")
+    if cron_tz:
+        return cron_tz, "CRON_TZ"
+    return None, "TZ"
+
+
+@lru_cache(maxsize=1024)
+def _parse(text: str, zone: str, tz: tzinfo) -> Schedule:
+    fields = text.split()
+    if not (len(fields) == 5 or (len(fields) == 1 and text.lower() in KEYWORDS)):
+        raise UsageError(f"--schedule: {text!r} is not a cron expression (five fields "
+                         "'MIN HOUR DAY MONTH WEEKDAY', or @hourly, @daily, @weekly, ...)")
+    schedule = Schedule(text.lower() if text.startswith("@") else text, zone, tz)
+    from croniter import CroniterError
+
+    try:
+        # A valid expression can still never fire (0 0 30 2 *): find one fire time now.
+        _iterator(schedule, datetime(2000, 1, 1, tzinfo=tz)).get_next(datetime)
+    except (CroniterError, ValueError, KeyError) as error:
+        reason = str(error).strip() or type(error).__name__
+        raise UsageError(f"--schedule: {text!r} is not a valid cron expression "
+                         f"({reason})") from None
+    return schedule
+
+
+def resolve_zone(name: str | None, source: str = "--tz") -> tuple[tzinfo, str]:
+    """The zone and the name to store for it; None means the host's zone."""
+    if name is None:
+        return local_zone()
+    try:
+        return ZoneInfo(name), name
+    except (ZoneInfoNotFoundError, ValueError, OSError):
+        raise UsageError(f"{source}: {name!r} is not a known time zone "
+                         "(examples: UTC, Europe/Berlin, America/New_York)") from None
+
+
+def local_zone() -> tuple[tzinfo, str]:
+    """The host's zone by name (TZ, else /etc/localtime), so another host can read it too."""
+    for name in (os.environ.get("TZ", "").lstrip(":"), _localtime_name()):
+        if name:
+            try:
+                return ZoneInfo(name), name
+            except (ZoneInfoNotFoundError, ValueError, OSError):
+                continue
+    try:
+        with open("/etc/localtime", "rb") as handle:
+            return ZoneInfo.from_file(handle, key="localtime"), "localtime"
+    except (OSError, ValueError):
+        return ZoneInfo("UTC"), "UTC"
+
+
+def _localtime_name() -> str:
+    """/etc/localtime -> /usr/share/zoneinfo/Europe/Berlin gives Europe/Berlin."""
+    parts = Path("/etc/localtime").resolve().parts
+    if "zoneinfo" in parts:
+        return "/".join(parts[len(parts) - parts[::-1].index("zoneinfo"):])
+    try:
+        return Path("/etc/timezone").read_text().strip()
+    except OSError:
+        return ""
+
+
+def _iterator(schedule: Schedule, start: datetime) -> Any:
+    from croniter import croniter
+
+    return croniter(schedule.expr, start.astimezone(schedule.tz))
+
+
+def _utc(moment: datetime) -> datetime:
+    return moment.astimezone(UTC)
+
+
+def fires(schedule: Schedule, at: datetime) -> bool:
+    """Whether cron starts the job at fire time `at` (croniter also yields the repeated
+    hour's second pass for a fixed-time job, which cron skips)."""
+    if schedule.wildcard:
+        return True
+    local = _utc(at).astimezone(schedule.tz)
+    return not (local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset())
+
+
+def _fire_times(schedule: Schedule, start: datetime, *, backward: bool = False,
+                ) -> Iterator[datetime]:
+    """The fire times cron starts after `start` (before it, backward), nearest first."""
+    times = _iterator(schedule, start)
+    step = times.get_prev if backward else times.get_next
+    while True:
+        moment: datetime = step(datetime)
+        if fires(schedule, moment):
+            yield moment
+
+
+def slot(schedule: Schedule, at: datetime) -> datetime:
+    """The latest fire time at or before `at`, in the schedule's zone."""
+    return next(_fire_times(schedule, _utc(at) + _HAIR, backward=True))
+
+
+def next_after(schedule: Schedule, at: datetime) -> datetime:
+    """The first fire time strictly after `at`."""
+    return next(_fire_times(schedule, at))
+
+
+def slot_info(schedule: Schedule, at: datetime) -> SlotInfo:
+    """The slot of `at`, the slot before it and the one after (what `run` records)."""
+    current = slot(schedule, at)
+    previous = next(_fire_times(schedule, current, backward=True))
+    return SlotInfo(current, previous, next_after(schedule, current))
+
+
+def due(schedule: Schedule, due_at: datetime, now: datetime, grace: float) -> Due:
+    """Standing at `now` of a job whose first slot without a run is `due_at`."""
+    if _utc(due_at) > _utc(now):
+        # The common case costs no croniter call: status reads thousands of these.
+        return Due(due_at, due_at, 0)
+    limit = _utc(now) - timedelta(seconds=grace)
+    missed = 0
+    times = _fire_times(schedule, _utc(due_at) - _HAIR)
+    while missed < MISSED_LIMIT and _utc(next(times)) < limit:
+        missed += 1
+    return Due(due_at, next_after(schedule, now), missed)

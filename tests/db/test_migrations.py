@@ -1,0 +1,194 @@
+"""Schema versions: a database of every earlier version is upgraded in place, its data kept
+and its running holders unharmed; a new database and an upgraded one are the same."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import Env
+from psycopg import sql
+
+from pglock.db import schema
+from pglock.lock import lease, ledger
+
+COLUMNS = """
+SELECT table_name, column_name, data_type, is_nullable, column_default
+FROM information_schema.columns WHERE table_schema = %s ORDER BY 1, 2
+"""
+CONSTRAINTS = """
+SELECT conrelid::regclass::text, conname, pg_get_constraintdef(oid)
+FROM pg_constraint WHERE connamespace = %s::regnamespace ORDER BY 1, 2
+"""
+INDEXES = "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY 1"
+FUNCTIONS = """
+SELECT proname, pg_get_function_identity_arguments(oid), prosecdef, proconfig, prosrc,
+       proacl
+FROM pg_proc WHERE pronamespace = %s::regnamespace ORDER BY 1
+"""
+
+# What a pglock of version 3 sends to renew and release its lock: a holder that started
+# before the upgrade goes on with these, straight on the tables, as the owner's role.
+V3_RENEW = """
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true))
+UPDATE {schema}.locks
+SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
+FROM durable
+WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
+  AND cleared_at IS NULL
+RETURNING expires_at
+"""
+V3_RELEASE = """
+UPDATE {schema}.locks SET expires_at = clock_timestamp(), released_at = clock_timestamp()
+WHERE job = %(job)s AND holder_id = %(holder_id)s AND fencing_token = %(fencing_token)s
+  AND cleared_at IS NULL
+RETURNING released_at
+"""
+
+
+def shape(env: Env, name: str) -> list[Any]:
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        found: list[Any] = []
+        for text in (COLUMNS, CONSTRAINTS, INDEXES, FUNCTIONS):
+            rows = conn.execute(text, (name,)).fetchall()
+            # Index and constraint text names the schema; compare them without it.
+            found += [tuple(str(v).replace(f'"{name}".', "").replace(f"{name}.", "")
+                            for v in row) for row in rows]
+        return found
+
+
+def test_version_is_the_newest_migration() -> None:
+    folder = resources.files("pglock").joinpath("sql/migrations")
+    numbers = sorted(int(f.name.split("_")[0]) for f in folder.iterdir()
+                     if f.name.endswith(".sql"))
+    assert numbers == list(range(2, schema.VERSION + 1))
+    for number, text in schema.migrations():
+        assert re.search(rf"SET value = '{number}' WHERE key = 'version'", text), number
+
+
+@pytest.mark.parametrize("old", range(1, schema.VERSION))
+def test_every_earlier_version_upgrades_in_place(env: Env, old: int) -> None:
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(schema.ddl(env.schema, upto=old))
+        conn.execute(sql.SQL(
+            "INSERT INTO {}.runs (job, mode, holder, holder_pid, command, started_at, outcome) "
+            "VALUES ('kept', 'lease', 'h', 1, 'true', now(), 'succeeded')").format(
+                sql.Identifier(env.schema)))
+        claim = lease.Claim(job="held", schema=env.schema, ttl=60)
+        row = conn.execute(schema.query(
+            "INSERT INTO {schema}.locks (job, mode, holder, holder_pid, holder_id, fencing_token,"
+            " ttl, acquired_at, renewed_at, expires_at) VALUES (%(job)s, 'lease', %(holder)s, "
+            "%(holder_pid)s, %(holder_id)s, 7, %(ttl)s, now(), now(), now() + %(ttl)s) "
+            "RETURNING fencing_token", env.schema), claim.params()).fetchone()
+        assert row is not None
+        claim.fencing_token = row[0]
+    # The first pglock of the new version upgrades the schema in place.
+    result = env.run("run", "--job", "after", "--", "true")
+    assert (result.returncode, result.stderr) == (0, ""), result
+    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [
+        (str(schema.VERSION),)]
+    assert env.query("SELECT job, outcome FROM {schema}.runs ORDER BY id") == [
+        ("kept", "succeeded"), ("after", "succeeded")]
+    # The holder from before the upgrade still renews and releases its lock, with its own
+    # statements; and the functions know its row too.
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        renewed = conn.execute(schema.query(V3_RENEW, env.schema), claim.params()).fetchone()
+        assert renewed is not None
+        assert lease.renew(conn, claim)[0] is lease.Renewal.OURS
+        released = conn.execute(schema.query(V3_RELEASE, env.schema), claim.params())
+        assert released.fetchone() is not None
+    contender = env.run("run", "--job", "held", "--", "true")
+    assert contender.returncode == 0, contender
+    assert env.query("SELECT fencing_token FROM {schema}.locks WHERE job = 'held'") == [(8,)]
+
+
+def test_an_upgraded_schema_is_a_new_one(env: Env) -> None:
+    fresh = env.schema + "_new"
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(schema.ddl(env.schema, upto=1))
+        schema.ensure(conn, env.schema)
+        conn.execute(schema.ddl(fresh))
+    try:
+        upgraded, new = shape(env, env.schema), shape(env, fresh)
+        assert upgraded == [tuple(str(v).replace(fresh, env.schema) for v in r) for r in new]
+    finally:
+        with psycopg.connect(env.dsn, autocommit=True) as conn:
+            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(fresh)))
+
+
+def test_reports_upgrade_an_older_schema(env: Env) -> None:
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(schema.ddl(env.schema, upto=1))
+    result = env.run("status", "--json")
+    assert (result.returncode, result.stderr) == (0, ""), result
+    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [
+        (str(schema.VERSION),)]
+
+
+def test_a_version_2_database_with_scheduled_runs_upgrades(env: Env) -> None:
+    """Slots that ran before version 3 are done (one run each); attempts start at 1 after."""
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(schema.ddl(env.schema, upto=2))
+        conn.execute(schema.query(
+            "INSERT INTO {schema}.runs (job, slot, mode, holder, holder_pid, command, "
+            "started_at, outcome) VALUES "
+            "('yearly', date_trunc('year', now()), 'lease', 'h', 1, 'true', now(), 'failed'), "
+            "('yearly', date_trunc('year', now()) - interval '1 year', 'lease', 'h', 1, 'true',"
+            " now(), 'succeeded')", env.schema))
+    args = ("run", "--job", "yearly", "--schedule", "0 0 1 1 *", "--tz", "UTC",
+            "--retries", "2")
+    # This year's slot had its one run before the upgrade: done, whatever --retries says.
+    skipped = env.run(*args, "--", "true")
+    assert (skipped.returncode, skipped.stderr) == (75, ""), skipped
+    assert env.query("SELECT slot = date_trunc('year', now()), attempts, attempt_limit, "
+                     "succeeded_run_id IS NOT NULL FROM {schema}.slots ORDER BY slot") == [
+        (False, 1, 1, True), (True, 1, 1, False)]
+    assert env.query("SELECT attempt, manual FROM {schema}.runs ORDER BY id") == [
+        (None, False), (None, False)]
+    # An older pglock still running through the upgrade writes runs without an attempt
+    # number: one per slot still holds for them.
+    with psycopg.connect(env.dsn, autocommit=True) as conn, pytest.raises(
+            psycopg.errors.UniqueViolation):
+        conn.execute(schema.query(
+            "INSERT INTO {schema}.runs (job, slot, mode, holder, holder_pid, command, "
+            "started_at, outcome) VALUES "
+            "('yearly', date_trunc('year', now()), 'lease', 'h', 1, 'true', now(), 'running')",
+            env.schema))
+
+
+# What a pglock of version 4 sends to take a lock and record its run (acquire had no limit).
+V4_ACQUIRE = """
+SELECT token, run_id FROM {schema}.acquire(
+    4, %(job)s, 'lease', %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s, NULL, NULL,
+    false, 'true', NULL, NULL, NULL, NULL, 0, 1)
+"""
+
+
+def test_a_run_started_under_version_4_ends_after_the_seats_came(env: Env) -> None:
+    """Version 5 adds the seats and a limit to acquire: a holder that took its lock and
+    started its run through version 4's functions still ends it (finish keeps its
+    signature), and a semaphore of the same name waits for it."""
+    claim = lease.Claim(job="old", schema=env.schema, ttl=60)
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(schema.ddl(env.schema, upto=4))
+        row = conn.execute(schema.query(V4_ACQUIRE, env.schema), claim.params()).fetchone()
+        assert row is not None
+        claim.fencing_token, run_id = row
+    beside = env.run("run", "--job", "old", "--limit", "2", "--", "true")
+    assert (beside.returncode, beside.stderr) == (75, ""), beside
+    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [
+        (str(schema.VERSION),)]
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        ended = conn.execute(schema.query(ledger.FINISH, env.schema), claim.params(
+            run_id=run_id, min_hold=None, keep=False, duration=None, exit_code=0, signal=None,
+            outcome="succeeded", error=None, output_tail=None, closes=False, hopeless=False,
+            error_line=None, lost_error=None, lost_error_line=None)).fetchone()
+        assert ended is not None and ended[:3] == (True, False, True)
+    after = env.run("run", "--job", "old", "--limit", "2", "--",
+                    "sh", "-c", 'echo "$PGLOCK_SEAT $PGLOCK_FENCING_TOKEN"')
+    assert (after.returncode, after.stdout) == (0, "1 1\n"), after
+    assert [(r["seat"], r["outcome"]) for r in env.runs("old")] == [
+        (None, "succeeded"), (1, "succeeded")]

@@ -1,0 +1,132 @@
+"""Advisory mode: exclusion (alone and mixed with lease mode), fast takeover, restarts."""
+
+from __future__ import annotations
+
+import time
+
+import psycopg
+import pytest
+from conftest import Env, one_line
+from marks import assert_no_overlap, held_command, intervals, race
+
+from pglock.db.embedded import EmbeddedServer
+from pglock.db.keys import advisory_key
+
+# Herds of contenders, killed holders, server restarts: the slow layer.
+pytestmark = pytest.mark.slow
+
+
+def _rounds(env: Env, modes: list[str], rounds: int = 3) -> None:
+    marks, release = env.tmp / "marks", env.tmp / "release"
+    for round_number in range(rounds):
+        # Each round is a new trigger, deliberately run inside the last one's hold.
+        processes = [env.popen("run", "--job", "mixed", "--mode", mode, "--holder", f"h{i}",
+                               "--rerun", "--", *held_command(marks, release))
+                     for i, mode in enumerate(modes)]
+        results = race(processes, release)
+        assert results == [(0, "", "")] + [(75, "", "")] * (len(modes) - 1), round_number
+    found = intervals(marks)
+    assert len(found) == rounds
+    assert_no_overlap(found)
+
+
+def test_advisory_contenders_never_overlap(env: Env) -> None:
+    _rounds(env, ["advisory"] * 20)
+
+
+def test_half_advisory_half_lease_never_overlap(env: Env) -> None:
+    _rounds(env, ["advisory", "lease"] * 10)
+    assert {r["mode"] for r in env.runs("mixed")} <= {"advisory", "lease"}
+
+
+def test_holder_shows_in_pg_locks_under_the_documented_key(env: Env) -> None:
+    holder = env.popen("run", "--job", "visible", "--mode", "advisory", "--", "sleep", "3")
+    env.wait_for(lambda: env.runs("visible"), what="the run row")
+    key = advisory_key(env.schema, "visible")
+    [(pid, name)] = env.query(
+        "SELECT l.pid, a.application_name FROM pg_locks l JOIN pg_stat_activity a USING (pid)"
+        " WHERE l.locktype = 'advisory' AND l.objsubid = 1 AND l.granted"
+        " AND ((l.classid::bigint << 32) | l.objid::bigint) = %s", (key,))
+    assert name.startswith("pglock run visible on ")
+    [(mode, backend_pid)] = env.query(
+        "SELECT mode, backend_pid FROM {schema}.locks WHERE job = 'visible'")
+    assert (mode, backend_pid) == ("advisory", pid)
+    holder.communicate(timeout=20)
+    assert holder.returncode == 0
+
+
+def test_sigkilled_advisory_holder_is_replaced_without_waiting_for_the_ttl(env: Env) -> None:
+    holder, _ = env.start_holder("gone", "--mode", "advisory", "--ttl", "60s")
+    holder.kill()
+    holder.communicate()
+    killed = time.monotonic()
+    while env.run("run", "--job", "gone", "--mode", "advisory", "--", "true").returncode != 0:
+        assert time.monotonic() - killed < 10, "no takeover"
+    # A lease-mode host would wait for the 60 s ttl; an advisory one needs no wait.
+    assert time.monotonic() - killed < 5
+    first, second = env.runs("gone")
+    assert first["outcome"] == "abandoned"
+    assert second["outcome"] == "succeeded"
+    assert second["fencing_token"] == first["fencing_token"] + 1
+
+
+def test_lease_contender_still_waits_for_an_advisory_rows_expiry(env: Env) -> None:
+    holder, _ = env.start_holder("strict", "--mode", "advisory", "--ttl", "60s")
+    holder.kill()
+    holder.communicate()
+    time.sleep(0.5)
+    assert env.run("run", "--job", "strict", "--", "true").returncode == 75
+
+
+@pytest.mark.parametrize("mode", ["lease", "advisory"])
+def test_server_restart_mid_run_is_survived(env: Env, private_server: EmbeddedServer,
+                                            mode: str) -> None:
+    env.dsn = env.env["PGLOCK_DSN"] = private_server.conninfo
+    holder = env.popen("run", "--job", "restart", "--mode", mode, "--ttl", "30s", "--",
+                       "sleep", "6")
+    env.wait_for(lambda: env.runs("restart"), what="the run row")
+    time.sleep(1)
+    private_server.stop()
+    time.sleep(1)
+    private_server.start()
+    stdout, stderr = holder.communicate(timeout=30)
+    assert (holder.returncode, stdout, stderr) == (0, "", "")
+    [run] = env.runs("restart")
+    assert run["outcome"] == "succeeded"
+
+
+def test_advisory_lock_taken_by_another_during_restart_is_lost(
+        env: Env, private_server: EmbeddedServer) -> None:
+    env.dsn = env.env["PGLOCK_DSN"] = private_server.conninfo
+    holder = env.popen("run", "--job", "race", "--mode", "advisory", "--ttl", "30s", "--",
+                       "sleep", "20")
+    env.wait_for(lambda: env.runs("race"), what="the run row")
+    private_server.stop()
+    private_server.start()
+    # Right after the restart the session lock is free, and another session takes it
+    # before the holder's next heartbeat (at most 1.5 s later) can.
+    with psycopg.connect(private_server.conninfo, autocommit=True) as thief:
+        [(taken,)] = thief.execute("SELECT pg_try_advisory_lock(%s)",
+                                   (advisory_key(env.schema, "race"),)).fetchall()
+        assert taken
+        _, stderr = holder.communicate(timeout=30)
+    assert holder.returncode == 125
+    assert "another host took the advisory lock" in one_line(stderr)
+    [run] = env.runs("race")
+    assert (run["outcome"], run["signal"]) == ("lock_lost", 15)
+
+
+def test_clear_terminate_ends_an_advisory_holders_session(env: Env) -> None:
+    holder = env.popen("run", "--job", "wedged", "--mode", "advisory", "--", "sleep", "60")
+    env.wait_for(lambda: env.runs("wedged"), what="the run row")
+    [(backend_pid,)] = env.query("SELECT backend_pid FROM {schema}.locks WHERE job = 'wedged'")
+    cleared = env.run("clear", "--job", "wedged", "--reason", "incident 42", "--terminate",
+                      "--now", "--yes")
+    assert cleared.returncode == 0, cleared.stderr
+    _, stderr = holder.communicate(timeout=30)
+    assert holder.returncode == 125
+    assert "lock lost" in one_line(stderr)
+    assert env.query("SELECT 1 FROM pg_stat_activity WHERE pid = %s", (backend_pid,)) == []
+    assert env.run("run", "--job", "wedged", "--mode", "advisory", "--", "true").returncode == 0
+    outcomes = [(r["outcome"], r["reason"]) for r in env.runs("wedged")]
+    assert outcomes == [("lock_lost", None), ("cleared", "incident 42"), ("succeeded", None)]

@@ -1,0 +1,155 @@
+"""Every pglock write commits with synchronous_commit = on, whatever the role's default.
+
+The server names a synchronous standby that never connects, and the role's default is
+`off`: a commit that honours `on` waits for that standby forever, seen in
+pg_stat_activity as wait_event SyncRep; a plain write on the same session does not wait.
+"""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import threading
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import psycopg
+import pytest
+from conftest import PGLOCK, TEST_SETTINGS
+
+from pglock.db import schema
+from pglock.db.embedded import EmbeddedServer
+from pglock.lock import advisory, lease, ledger
+from pglock.operate import admin
+
+SCHEMA = "durable"
+
+
+@pytest.fixture
+def unreachable_standby(tmp_path: Path) -> Iterator[str]:
+    """A server whose commits at synchronous_commit >= on never return; role default off."""
+    server = EmbeddedServer(tmp_path / "pg",
+                            settings={**TEST_SETTINGS, "synchronous_commit": "on"})
+    dsn = server.join()
+    # These very statements would wait too, but for their session's own setting. Not on the
+    # server's command line: a test lifts the wait with ALTER SYSTEM.
+    with psycopg.connect(dsn, autocommit=True, options="-c synchronous_commit=off") as conn:
+        conn.execute("ALTER SYSTEM SET synchronous_standby_names = 'nobody'")
+        conn.execute("SELECT pg_reload_conf()")
+        conn.execute("ALTER ROLE postgres SET synchronous_commit = 'off'")
+    for _ in range(200):  # the reload reaches new sessions a moment later
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            if conn.execute("SHOW synchronous_standby_names").fetchone() == ("nobody",):
+                break
+        time.sleep(0.05)
+    yield dsn
+    server.leave()
+
+
+class Session:
+    """A connection whose writes run in a thread, watched from a second connection."""
+
+    def __init__(self, dsn: str) -> None:
+        self.conn = psycopg.connect(dsn, autocommit=True, prepare_threshold=None)
+        self.watcher = psycopg.connect(dsn, autocommit=True,
+                                       options="-c synchronous_commit=off")
+        self.pid = self.conn.info.backend_pid
+
+    def waited(self, action: Any) -> bool:
+        """Whether `action()` (one write) waited for the synchronous standby.
+
+        A wait for it never ends by itself: seen, it is cancelled (the server then
+        commits locally and warns), and the write returns.
+        """
+        failures: list[BaseException] = []
+
+        def write() -> None:
+            try:
+                action()
+            except BaseException as error:
+                failures.append(error)
+
+        thread = threading.Thread(target=write)
+        thread.start()
+        waiting = False
+        for _ in range(600):
+            row = self.watcher.execute("SELECT wait_event = 'SyncRep' FROM pg_stat_activity "
+                                       "WHERE pid = %s", (self.pid,)).fetchone()
+            waiting = bool(row and row[0])
+            if waiting or not thread.is_alive():
+                break
+            time.sleep(0.05)
+        if waiting:
+            self.watcher.execute("SELECT pg_cancel_backend(%s)", (self.pid,))
+        thread.join(timeout=30)
+        assert not thread.is_alive(), "the write neither finished nor waited for the standby"
+        assert not failures, failures
+        return waiting
+
+    def close(self) -> None:
+        self.conn.close()
+        self.watcher.close()
+
+
+def test_every_write_waits_for_the_synchronous_standby(unreachable_standby: str) -> None:
+    session = Session(unreachable_standby)
+    conn = session.conn
+    assert conn.execute("SHOW synchronous_commit").fetchone() == ("off",)
+    schema.ensure(conn, SCHEMA)
+    # The control: the role's default really is in effect for a plain write.
+    assert not session.waited(lambda: conn.execute(
+        schema.query("INSERT INTO {schema}.meta VALUES ('control', 'x')", SCHEMA)))
+
+    claim = lease.Claim(job="durable", schema=SCHEMA, ttl=60)
+    assert session.waited(lambda: lease.try_acquire(conn, claim, ledger.RunStart("true")))
+    assert claim.fencing_token == 1 and claim.run is not None
+    assert session.waited(lambda: lease.renew(conn, claim))
+    started: list[ledger.StartedRun] = []
+    assert session.waited(lambda: started.append(ledger.start(
+        conn, claim, ledger.RunStart("true", attempt=2))))
+    result = ledger.RunResult(outcome=ledger.Outcome.SUCCEEDED, exit_code=0, duration=1.0)
+    assert session.waited(lambda: ledger.finish(conn, claim, started[0].id, result, keep=True))
+    assert session.waited(lambda: ledger.finish(conn, claim, claim.run.id, result))
+    assert session.waited(lambda: lease.release(conn, claim))
+
+    advisory_claim = lease.Claim(job="durable-advisory", schema=SCHEMA, ttl=60, mode="advisory")
+    assert advisory.take(conn, advisory_claim)
+    assert session.waited(lambda: lease.try_acquire(conn, advisory_claim))
+    assert session.waited(lambda: lease.renew(conn, advisory_claim))
+
+    assert session.waited(lambda: conn.execute(schema.query(admin.CLEAR, SCHEMA), {
+        "job": "durable-advisory", "fencing_token": advisory_claim.fencing_token, "now": True,
+        "by": "test", "note": "test", "reason": None}))
+    assert session.waited(lambda: admin.prune(conn, SCHEMA, older_than=-3600))
+    # Prune wrote: the audit row went, the job's latest run stays.
+    assert conn.execute(schema.query("SELECT outcome FROM {schema}.runs", SCHEMA)
+                        ).fetchall() == [("succeeded",)]
+    session.close()
+
+
+def test_a_run_waits_until_the_standby_confirms(unreachable_standby: str) -> None:
+    """End to end: `pglock run` is held at its acquisition until the wait is lifted."""
+    environment = {**os.environ, "PGLOCK_DSN": unreachable_standby, "PGLOCK_SCHEMA": SCHEMA}
+    process = subprocess.Popen([PGLOCK, "run", "--job", "held", "--", "true"], env=environment,
+                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        with psycopg.connect(unreachable_standby, autocommit=True) as conn:
+            for _ in range(600):
+                row = conn.execute(
+                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+                    "AND application_name LIKE 'pglock run held%%'").fetchone()
+                if row == (1,) or process.poll() is not None:
+                    break
+                conn.execute("SELECT pg_sleep(0.05)")
+            assert process.poll() is None, process.communicate()
+            assert row == (1,)
+            conn.execute("ALTER SYSTEM SET synchronous_standby_names = ''")
+            conn.execute("SELECT pg_reload_conf()")
+        assert process.communicate(timeout=60) == ("", "")
+        assert process.returncode == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()

@@ -1,0 +1,173 @@
+"""`pglock doctor` against real setups: a synchronous pair, a standby, an asynchronous
+standby, a role short of privileges, a transaction-pooling PgBouncer, a skewed clock."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+from conftest import PGLOCK, Env, one_line
+from db.test_pgbouncer import PGBOUNCER, bouncer  # noqa: F401 (a fixture)
+from replication import Pair
+
+from pglock.cli import app as cli
+
+FAKETIME = shutil.which("faketime")
+
+
+def doctor(env: Env, *args: str, env_vars: dict[str, str] | None = None,
+           prefix: tuple[str, ...] = ()) -> tuple[int, dict[str, Any]]:
+    """(exit status, {check: finding}) of `pglock doctor --json`."""
+    if prefix:
+        done = subprocess.run([*prefix, PGLOCK, "doctor", "--json", *args], capture_output=True,
+                              text=True, env={**env.env, **(env_vars or {})}, timeout=60)
+        code, stdout, stderr = done.returncode, done.stdout, done.stderr
+    else:
+        result = env.run("doctor", "--json", *args, env=env_vars)
+        code, stdout, stderr = result.returncode, result.stdout, result.stderr
+    assert stderr == ""
+    shown = json.loads(stdout)
+    assert shown["status"] == ["ok", "warn", "fail"][code], shown
+    return code, {c["check"]: c for c in shown["checks"]}
+
+
+@pytest.fixture(scope="module")
+def sync_pair(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Pair]:
+    pair = Pair(tmp_path_factory.mktemp("sync"), synchronous=True).start()
+    yield pair
+    pair.close()
+
+
+@pytest.mark.slow
+def test_a_healthy_setup_is_all_ok(env: Env, sync_pair: Pair) -> None:
+    env.env["PGLOCK_DSN"] = sync_pair.both_dsn
+    assert env.run("init", "-q").returncode == 0
+    result = env.run("doctor")
+    assert (result.returncode, result.stderr) == (0, ""), result.stdout
+    lines = result.stdout.splitlines()
+    assert [line.split()[0] for line in lines] == ["OK"] * len(lines)
+    assert [line.split()[1] for line in lines] == [
+        "database", "password", "server", "schema", "terminate", "timeouts", "commit",
+        "connections", "pooling", "replication", "clock"]
+    assert "1 standby(s), 1 synchronous" in result.stdout
+
+
+@pytest.mark.slow
+def test_a_standby_fails(env: Env, sync_pair: Pair) -> None:
+    code, found = doctor(env, "--dsn", sync_pair.standby_dsn)
+    assert code == 2
+    assert found["connection"]["status"] == "fail"
+    assert "standby" in found["connection"]["detail"]
+    assert found["connection"]["advice"]
+
+
+@pytest.mark.slow
+def test_an_asynchronous_standby_warns(env: Env, tmp_path: Path) -> None:
+    pair = Pair(tmp_path, synchronous=False).start()
+    try:
+        code, found = doctor(env, "--dsn", pair.primary_dsn)
+    finally:
+        pair.close()
+    assert code == 1
+    assert found["replication"]["status"] == "warn"
+    assert "none synchronous" in found["replication"]["detail"]
+    assert "synchronous_mode_strict" in found["replication"]["advice"]
+
+
+@pytest.fixture
+def weak_role(env: Env) -> Iterator[str]:
+    """A login role with no privilege on pglock's schema; its DSN."""
+    role = f"doctor_{os.getpid()}"
+    env.query(f'CREATE ROLE "{role}" LOGIN')
+    yield f"{env.dsn} user={role}"
+    env.query(f'DROP OWNED BY "{role}"')
+    env.query(f'DROP ROLE "{role}"')
+
+
+def test_a_role_short_of_privileges_is_told_what_to_grant(env: Env, weak_role: str) -> None:
+    role = weak_role.split("user=")[-1]
+    # No schema, and no right to create one.
+    code, found = doctor(env, "--dsn", weak_role)
+    assert code == 2
+    assert found["schema"]["status"] == "fail"
+    assert "init --print-sql" in found["schema"]["advice"]
+    assert found["terminate"]["status"] == "warn"
+
+    assert env.run("init", "-q").returncode == 0
+    env.query(f'GRANT USAGE ON SCHEMA {{schema}} TO "{role}"')
+    env.query(f'GRANT SELECT ON ALL TABLES IN SCHEMA {{schema}} TO "{role}"')
+    _, found = doctor(env, "--dsn", weak_role)
+    assert found["schema"]["status"] == "warn"
+    assert "cannot run jobs" in found["schema"]["detail"]
+    assert "--print-grants" in found["schema"]["advice"]
+    refused = env.run("run", "--job", "weak", "--dsn", weak_role, "--", "true")
+    assert refused.returncode == 125, refused
+    assert "needs the pglock_runner role" in refused.stderr
+
+    # What doctor advises is enough for a run.
+    granted = env.run("init", "--print-grants", "--runner-role", role)
+    assert granted.returncode == 0, granted
+    env.query(granted.stdout.replace("{", "{{").replace("}", "}}"))
+    code, found = doctor(env, "--dsn", weak_role)
+    assert found["schema"]["status"] == "ok", found["schema"]
+    ran = env.run("run", "--job", "weak", "--dsn", weak_role, "--", "true")
+    assert (ran.returncode, ran.stderr) == (0, "")
+    assert [r["outcome"] for r in env.runs("weak")] == ["succeeded"]
+
+    env.query(f'GRANT pg_signal_backend TO "{role}"')
+    code, found = doctor(env, "--dsn", weak_role)
+    assert found["terminate"]["status"] == "ok"
+
+
+def test_role_timeouts_that_cut_sessions_warn(env: Env, weak_role: str) -> None:
+    role = weak_role.split("user=")[-1]
+    env.query(f"ALTER ROLE \"{role}\" SET idle_session_timeout = '5min'")
+    env.query(f"ALTER ROLE \"{role}\" SET statement_timeout = '2s'")
+    _, found = doctor(env, "--dsn", weak_role)
+    assert found["timeouts"]["status"] == "warn"
+    assert "idle_session_timeout" in found["timeouts"]["detail"]
+    assert "statement_timeout 2000ms" in found["timeouts"]["detail"]
+
+
+@pytest.mark.skipif(PGBOUNCER is None, reason="pgbouncer is not installed")
+def test_transaction_pooling_warns_for_advisory_mode(env: Env, bouncer: str) -> None:  # noqa: F811
+    _, found = doctor(env, "--dsn", bouncer)
+    assert found["pooling"]["status"] == "warn"
+    assert "advisory" in found["pooling"]["detail"]
+    _, direct = doctor(env)
+    assert direct["pooling"]["status"] == "ok"
+
+
+@pytest.mark.skipif(FAKETIME is None, reason="faketime is not installed (.ci/run installs it)")
+def test_a_skewed_host_clock_warns(env: Env) -> None:
+    _, found = doctor(env)
+    assert found["clock"]["status"] == "ok"
+    assert FAKETIME is not None
+    _, skewed = doctor(env, prefix=(FAKETIME, "-f", "+30s"),
+                       env_vars={"FAKETIME_DONT_FAKE_MONOTONIC": "1"})
+    assert skewed["clock"]["status"] == "warn"
+    assert "ahead of the server's" in skewed["clock"]["detail"]
+
+
+def test_an_unreachable_server_fails_in_one_line(env: Env, tmp_path: Path) -> None:
+    code, found = doctor(env, "--dsn", f"host={tmp_path} port=1 dbname=x",
+                         "--connect-timeout", "1s")
+    assert code == 2
+    assert found["connection"]["status"] == "fail"
+
+
+def test_an_unparseable_dsn_is_a_failed_check(env: Env) -> None:
+    code, found = doctor(env, "--dsn", "host='unterminated")
+    assert code == 2
+    assert found["database"]["status"] == "fail"
+
+
+def test_bad_options_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
+    assert cli.main(["doctor", "--connect-timeout", "soon"]) == 2
+    assert "--connect-timeout" in one_line(capsys.readouterr().err)

@@ -1,0 +1,158 @@
+"""Text from users is data; surprising input is refused in one line, before any lock."""
+
+from __future__ import annotations
+
+import os
+import unicodedata
+from pathlib import Path
+
+import pytest
+
+from pglock.cli import render
+from pglock.run.options import RunOptions
+from pglock.settings import config
+
+from ..inprocess import UNREACHABLE, invoke
+
+RUN = ["run", "--job", "x", "--connect-timeout", "0"]
+
+
+def one_line(stderr: str) -> str:
+    assert stderr.count("\n") == 1 and stderr.startswith("pglock: "), stderr
+    assert "Traceback" not in stderr
+    return stderr
+
+
+# Config files --------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize(("content", "mentions"), [
+    ("schema = 5\n", "schema must be a non-empty string"),
+    ("dsn = 5\n", "dsn must be a non-empty string"),
+    ("dsn = ''\n", "dsn must be a non-empty string"),
+    ("schema = ['a']\n", "schema must be a non-empty string"),
+    ("dsm = 'host=db'\n",
+     "unknown key 'dsm' (known: dsn, schema, embedded, embedded_linger, jobs)"),
+    ("jobs = 'x'\n", "jobs must be tables, one per job ([jobs.NAME])"),
+    ("[dsn]\nhost = 'db'\n", "dsn must be a non-empty string"),
+])
+def test_every_config_key_is_checked(tmp_path: Path, content: str, mentions: str) -> None:
+    path = tmp_path / "config.toml"
+    path.write_text(content)
+    called = invoke(*RUN, "--", "true", env={"PGLOCK_CONFIG": str(path)})
+    assert called.code == 125
+    line = one_line(called.stderr)
+    assert f"config file {path}: {mentions}" in line
+
+
+def test_a_config_file_with_a_non_utf8_name_is_named_escaped(tmp_path: Path) -> None:
+    path = os.fsdecode(bytes(tmp_path) + b"/caf\xe9.toml")
+    called = invoke("check", env={"PGLOCK_CONFIG": path})
+    assert called.code == 3
+    assert "caf\\xe9.toml" in called.stdout
+
+
+# Empty DSN, schedule-only variables, PGHOST -------------------------------------------
+
+
+@pytest.mark.parametrize("how", ["--dsn", "PGLOCK_DSN"])
+@pytest.mark.parametrize("value", ["", " "])
+def test_an_empty_dsn_is_an_error_not_the_embedded_server(how: str, value: str) -> None:
+    args, env = ([*RUN, "--dsn", value], {}) if how == "--dsn" else (RUN, {"PGLOCK_DSN": value})
+    called = invoke(*args, "--", "true", env=env)
+    assert called.code == 2
+    assert one_line(called.stderr) == (f"pglock: {how}: an empty DSN; unset it to use the "
+                                       "config file, libpq's variables or the embedded server\n")
+
+
+@pytest.mark.parametrize("name", ["PGLOCK_TZ", "PGLOCK_DEADLINE", "PGLOCK_GRACE"])
+def test_schedule_variables_are_ignored_without_a_schedule(name: str) -> None:
+    value = "UTC" if name == "PGLOCK_TZ" else "5m"
+    called = invoke(*RUN, "--dsn", UNREACHABLE, "--", "true", env={name: value})
+    # Past option checking, to the database: the variable did not make it a usage error.
+    assert called.code == 125 and "cannot connect" in called.stderr
+
+
+@pytest.mark.parametrize(("option", "value"), [("--tz", "UTC"), ("--deadline", "5m"),
+                                                ("--grace", "5m")])
+def test_schedule_options_still_need_a_schedule(option: str, value: str) -> None:
+    called = invoke(*RUN, "--dsn", UNREACHABLE, option, value, "--", "true")
+    assert (called.code, called.stderr) == (2, f"pglock: {option} needs --schedule\n")
+
+
+def test_schedule_variables_apply_with_a_schedule() -> None:
+    called = invoke(*RUN, "--dsn", UNREACHABLE, "--schedule", "* * * * *", "--", "true",
+                    env={"PGLOCK_TZ": "Nowhere/Atlantis"})
+    assert called.code == 2 and "Nowhere/Atlantis" in called.stderr
+
+
+# Non-UTF-8 arguments --------------------------------------------------------------------
+
+BAD = os.fsdecode(b"caf\xe9")
+
+
+@pytest.mark.parametrize("args", [
+    ["run", "--job", BAD, "--", "true"],
+    ["run", f"--job={BAD}", "--", "true"],
+    ["run", "--job", "x", "--holder", BAD, "--", "true"],
+    ["run", "--job", "x", "--schema", BAD, "--", "true"],
+    ["run", "--job", "x", "--dsn", f"host={BAD}", "--", "true"],
+    ["status", "--job", BAD],
+    ["history", "--host", BAD],
+    ["clear", "--job", "x", "--reason", BAD, "--yes"],
+    ["check", "--job", BAD],
+])
+def test_a_non_utf8_argument_is_one_line_and_exit_2(args: list[str]) -> None:
+    called = invoke(*args)
+    # check answers a monitoring system: UNKNOWN (3), on stdout too.
+    assert called.code == (3 if args[0] == "check" else 2)
+    line = one_line(called.stderr)
+    assert "caf\\xe9' is not valid UTF-8" in line and "\udce9" not in line
+
+
+@pytest.mark.parametrize("name", ["PGLOCK_HOLDER", "PGLOCK_SCHEMA"])
+def test_a_non_utf8_variable_is_one_line_and_exit_2(name: str) -> None:
+    called = invoke(*RUN, "--dsn", UNREACHABLE, "--", "true", env={name: BAD})
+    assert called.code == 2
+    assert "not valid UTF-8" in one_line(called.stderr)
+
+
+def test_a_non_utf8_dsn_variable_is_refused_without_its_content() -> None:
+    called = invoke(*RUN, "--", "true",
+                    env={"PGLOCK_DSN": f"host=127.0.0.1 port=1 password=hunter2{BAD}"})
+    assert called.code == 125
+    assert one_line(called.stderr) == "pglock: the DSN is not valid UTF-8\n"
+
+
+def test_the_command_itself_may_be_bytes() -> None:
+    # Its arguments are not pglock's: exec takes them as they are (a file name is bytes).
+    called = invoke(*RUN, "--dsn", UNREACHABLE, "--", BAD, BAD)
+    assert called.code == 125 and "cannot connect" in called.stderr
+
+
+# Job names compared in NFC; user text escaped -------------------------------------------
+
+DECOMPOSED = "caf" + "e\u0301"  # e + combining acute accent
+COMPOSED = "caf\u00e9"
+
+
+def test_job_names_that_look_identical_are_one_job() -> None:
+    assert config.check_job(DECOMPOSED) == COMPOSED
+    assert RunOptions(job=DECOMPOSED, command=["true"]).job == COMPOSED
+    # NFC, not NFKC: a full-width name looks different and stays a name of its own.
+    fullwidth = "\uff4a\uff4f\uff42"
+    assert config.check_job(fullwidth) == fullwidth
+    assert unicodedata.is_normalized("NFC", config.check_job("A\u030a"))
+
+
+@pytest.mark.parametrize(("text", "shown"), [
+    ("web-3", "web-3"),
+    ("evil\nSTALE  row", "evil^JSTALE  row"),
+    ("\x1b[2J\x1b[31mred", "^[[2J^[[31mred"),
+    ("bell\x07 del\x7f c1\x9b", "bell^G del^? c1\\x9b"),
+    ("line\u2028sep", "line\\u2028sep"),
+    ("日本 ü", "日本 ü"),
+])
+def test_user_text_is_shown_escaped(text: str, shown: str) -> None:
+    assert render.escaped(text) == shown
+    assert "\x1b" not in render.clip(text)

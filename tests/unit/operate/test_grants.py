@@ -1,0 +1,54 @@
+"""The SQL of `pglock init --print-grants`: what each role is granted, and that the run
+path's functions it names are the ones the migration creates and revokes from PUBLIC."""
+
+from __future__ import annotations
+
+import re
+from importlib import resources
+
+from pglock.operate import roles
+
+
+def _migrations() -> str:
+    folder = resources.files("pglock.db").joinpath("sql/migrations")
+    return "".join(f.read_text() for f in sorted(folder.iterdir(), key=lambda f: f.name)
+                   if f.name.endswith(".sql") and f.name >= "004")
+
+
+def _signatures(text: str) -> set[str]:
+    return {re.sub(r"\s+", " ", s) for s in re.findall(r"\{schema\}\.(\w+\([^)]*\))", text)}
+
+
+def _revoked() -> set[str]:
+    """What the migrations revoke from PUBLIC and have not dropped since."""
+    text = _migrations()
+    revokes = [part.split("FROM PUBLIC", 1)[0]
+               for part in text.split("REVOKE ALL ON FUNCTION")[1:]]
+    dropped = _signatures("".join(re.findall(r"DROP FUNCTION [^;]*;", text)))
+    return set().union(*map(_signatures, revokes)) - dropped
+
+
+def test_the_runner_gets_the_functions_the_migration_revokes_from_public() -> None:
+    revoked = _revoked()
+    assert set(roles.RUN_FUNCTIONS) <= revoked
+    # The helpers the functions use are nobody's to call.
+    assert revoked - set(roles.RUN_FUNCTIONS) == {
+        "advisory_key(text)", "session_holds(text)",
+        "record_start(text, timestamptz, text, text, integer, text, bigint, text, text, text, "
+        "timestamptz, interval, integer, integer)"}
+
+
+def test_each_role_is_granted_what_it_needs_and_no_more() -> None:
+    text = roles.grants("pglock", {"pglock_runner": ["web1"], "pglock_reader": ["mon"],
+                                   "pglock_operator": ['o"p']}).as_string(None)
+    lines = [line for line in text.splitlines() if line.startswith("GRANT")]
+    runner = [line for line in lines if line.endswith(" TO pglock_runner;")]
+    assert all(" EXECUTE " in line or line.startswith(("GRANT USAGE ON SCHEMA",
+                                                       "GRANT SELECT ")) for line in runner)
+    assert not any(re.search(r"INSERT|UPDATE|DELETE|holder_id", line) for line in runner)
+    reader = [line for line in lines if line.endswith(" TO pglock_reader;")]
+    assert not any(re.search(r"INSERT|UPDATE|DELETE|EXECUTE|holder_id", line)
+                   for line in reader)
+    assert 'GRANT "pglock_runner" TO "web1";' in lines
+    assert 'GRANT "pglock_operator" TO "o""p";' in lines
+    assert "CREATE ROLE \"pglock_reader\" NOLOGIN;" in text

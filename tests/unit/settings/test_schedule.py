@@ -1,0 +1,284 @@
+"""Slots, due dates and overdue detection: pure time arithmetic, no database."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+from zoneinfo import ZoneInfo
+
+import pytest
+
+from pglock.errors import UsageError
+from pglock.settings import schedule
+
+UTC = ZoneInfo("UTC")
+BERLIN = ZoneInfo("Europe/Berlin")
+
+
+def at(*args: int, tz: ZoneInfo = UTC) -> datetime:
+    return datetime(*args, tzinfo=tz)  # type: ignore[misc]
+
+
+def test_slot_is_the_latest_fire_time_at_or_before() -> None:
+    every_5 = schedule.parse("*/5 * * * *", "UTC")
+    assert schedule.slot(every_5, at(2024, 5, 1, 3, 7, 59)) == at(2024, 5, 1, 3, 5)
+    # A start exactly on a fire time belongs to that slot, not the one before.
+    assert schedule.slot(every_5, at(2024, 5, 1, 3, 5)) == at(2024, 5, 1, 3, 5)
+    assert schedule.slot(every_5, at(2024, 5, 1, 3, 4, 59, 999999)) == at(2024, 5, 1, 3, 0)
+
+
+def test_slot_is_read_in_the_zone() -> None:
+    daily = schedule.parse("0 3 * * *", "Europe/Berlin")
+    found = schedule.slot(daily, at(2024, 7, 1, 2, 0))  # 04:00 in Berlin (UTC+2)
+    assert found == at(2024, 7, 1, 1, 0)
+    assert found.isoformat() == "2024-07-01T03:00:00+02:00"
+
+
+def test_slots_across_daylight_saving_changes() -> None:
+    half_past = schedule.parse("*/30 * * * *", "Europe/Berlin")
+    # Autumn: the hour 02:00-03:00 happens twice; each half hour is its own slot.
+    info = schedule.slot_info(half_past, at(2024, 10, 27, 2, 10, tz=BERLIN).replace(fold=1))
+    assert info.slot.isoformat() == "2024-10-27T02:00:00+01:00"
+    assert info.previous.isoformat() == "2024-10-27T02:30:00+02:00"
+    # Spring: 02:30 does not exist; the fire time moves to 03:00 as cron moves it.
+    nightly = schedule.parse("30 2 * * *", "Europe/Berlin")
+    assert schedule.slot(nightly, at(2024, 3, 31, 12, 0, tz=BERLIN)).isoformat() == \
+        "2024-03-31T03:00:00+02:00"
+
+
+def test_slot_info_and_default_grace() -> None:
+    hourly = schedule.parse("@hourly", "UTC")
+    info = schedule.slot_info(hourly, at(2024, 5, 1, 3, 30))
+    assert (info.previous, info.slot, info.next) == (
+        at(2024, 5, 1, 2), at(2024, 5, 1, 3), at(2024, 5, 1, 4))
+    assert info.default_grace == 360.0
+    minutely = schedule.slot_info(schedule.parse("* * * * *", "UTC"), at(2024, 5, 1))
+    assert minutely.default_grace == 60.0
+
+
+def test_due_and_missed_slots() -> None:
+    hourly = schedule.parse("0 * * * *", "UTC")
+    due_at = at(2024, 5, 1, 4)
+    assert schedule.due(hourly, due_at, at(2024, 5, 1, 3, 30), 360) == \
+        schedule.Due(due_at, due_at, 0)
+    # Within the grace after a slot: pending, not overdue.
+    within = schedule.due(hourly, due_at, at(2024, 5, 1, 4, 5), 360)
+    assert (within.missed, within.overdue, within.next_fire) == (0, False, at(2024, 5, 1, 5))
+    late = schedule.due(hourly, due_at, at(2024, 5, 1, 6, 7), 360)
+    assert (late.missed, late.overdue, late.next_fire) == (3, True, at(2024, 5, 1, 7))
+    assert schedule.due(hourly, due_at, at(2025, 5, 1), 360).missed == schedule.MISSED_LIMIT
+
+
+def test_overdue_only_past_the_grace_of_the_slot_after_the_last() -> None:
+    daily = schedule.parse("0 3 * * *", "UTC")
+    due_at = schedule.next_after(daily, at(2024, 5, 1, 3))
+
+    def overdue(now: datetime) -> bool:
+        return schedule.due(daily, due_at, now, 60).overdue
+
+    assert not overdue(at(2024, 5, 2, 2))
+    assert not overdue(at(2024, 5, 2, 3, 1))
+    assert overdue(at(2024, 5, 2, 3, 1, 1))
+
+
+@pytest.mark.parametrize(("expr", "words"), [
+    ("bad", "is not a cron expression"),
+    ("* * * *", "is not a cron expression"),
+    ("* * * * * *", "is not a cron expression"),
+    ("@reboot", "is not a cron expression"),
+    ("61 * * * *", "is not a valid cron expression"),
+    ("0 0 30 2 *", "is not a valid cron expression"),
+])
+def test_bad_expressions_are_usage_errors(expr: str, words: str) -> None:
+    with pytest.raises(UsageError, match=words) as raised:
+        schedule.parse(expr, "UTC")
+    assert str(raised.value).startswith("--schedule: ")
+    assert "\n" not in str(raised.value)
+
+
+@pytest.mark.parametrize("zone", ["Nowhere/City", "Europe", "", "../etc/passwd", "/etc/passwd"])
+def test_bad_zones_are_usage_errors(zone: str) -> None:
+    with pytest.raises(UsageError, match="is not a known time zone"):
+        schedule.parse("* * * * *", zone)
+
+
+def test_local_zone_is_named(monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setenv("TZ", "America/New_York")
+    assert schedule.parse("* * * * *").zone == "America/New_York"
+    monkeypatch.setenv("TZ", ":Asia/Tokyo")
+    assert schedule.local_zone()[1] == "Asia/Tokyo"
+    monkeypatch.delenv("TZ")
+    tz, name = schedule.local_zone()
+    assert name and datetime(2024, 1, 1, tzinfo=tz).utcoffset() is not None
+
+
+def test_missed_slots_count_the_repeated_hour_twice() -> None:
+    half_past = schedule.parse("*/30 * * * *", "Europe/Berlin")
+    due_at = datetime.fromisoformat("2024-10-27T02:00:00+02:00")
+    now = datetime.fromisoformat("2024-10-27T02:40:00+01:00")
+    found = schedule.due(half_past, due_at, now, 60)
+    assert found.missed == 4
+    assert found.next_fire.isoformat() == "2024-10-27T03:00:00+01:00"
+
+
+def iso(text: str) -> datetime:
+    return datetime.fromisoformat(text)
+
+
+@pytest.mark.parametrize(("expr", "stored"), [
+    ("*/5 * * * *", "*/5 * * * *"),
+    ("  0   3 * * *  ", "0 3 * * *"),
+    ("0\t3 * *\t*", "0 3 * * *"),
+    ("@DAILY", "@daily"),
+    ("@Hourly", "@hourly"),
+    ("@annually", "@annually"),
+    ("0 0 29 2 *", "0 0 29 2 *"),
+    ("0 0 * * 7", "0 0 * * 7"),
+    ("0 0 1-31/2 * *", "0 0 1-31/2 * *"),
+    ("0 9 * * MON-FRI", "0 9 * * MON-FRI"),
+])
+def test_expressions_are_stored_normalized(expr: str, stored: str) -> None:
+    assert schedule.parse(expr, "UTC").expr == stored
+
+
+@pytest.mark.parametrize(("expr", "reason"), [
+    ("0 0 31 4 *", "failed to find next date"),
+    ("*/0 * * * *", "step '0' in field 0 is not acceptable"),
+    ("0 24 * * *", "is not acceptable, out of range"),
+    ("0 0 * * 8", "is not acceptable, out of range"),
+])
+def test_expressions_that_never_fire_or_do_not_parse_say_why(expr: str, reason: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        schedule.parse(expr, "UTC")
+    message = str(raised.value)
+    assert message.startswith(f"--schedule: {expr!r} is not a valid cron expression (")
+    assert reason in message
+
+
+# (expression, zone, moment) -> (previous slot, slot, next fire), all as ISO strings.
+SLOTS = [
+    ("*/5 * * * *", "UTC", "2024-05-01T03:07:59+00:00",
+     ("2024-05-01T03:00:00+00:00", "2024-05-01T03:05:00+00:00", "2024-05-01T03:10:00+00:00")),
+    ("0 3 * * *", "UTC", "2024-05-01T03:00:00+00:00",
+     ("2024-04-30T03:00:00+00:00", "2024-05-01T03:00:00+00:00", "2024-05-02T03:00:00+00:00")),
+    ("0 3 * * *", "UTC", "2024-05-01T02:59:59.999999+00:00",
+     ("2024-04-29T03:00:00+00:00", "2024-04-30T03:00:00+00:00", "2024-05-01T03:00:00+00:00")),
+    ("@monthly", "UTC", "2024-03-15T00:00:00+00:00",
+     ("2024-02-01T00:00:00+00:00", "2024-03-01T00:00:00+00:00", "2024-04-01T00:00:00+00:00")),
+    ("0 0 29 2 *", "UTC", "2025-06-01T00:00:00+00:00",
+     ("2020-02-29T00:00:00+00:00", "2024-02-29T00:00:00+00:00", "2028-02-29T00:00:00+00:00")),
+    ("0 9 * * MON-FRI", "UTC", "2024-05-04T12:00:00+00:00",  # a Saturday
+     ("2024-05-02T09:00:00+00:00", "2024-05-03T09:00:00+00:00", "2024-05-06T09:00:00+00:00")),
+    # The same instant, read in another zone, falls in another day's slot.
+    ("0 3 * * *", "Asia/Kolkata", "2024-05-01T20:00:00+00:00",
+     ("2024-04-30T03:00:00+05:30", "2024-05-01T03:00:00+05:30", "2024-05-02T03:00:00+05:30")),
+    ("0 3 * * *", "America/Los_Angeles", "2024-05-01T20:00:00+00:00",
+     ("2024-04-30T03:00:00-07:00", "2024-05-01T03:00:00-07:00", "2024-05-02T03:00:00-07:00")),
+    # Spring forward in New York: 02:30 does not exist on 10 March; cron runs it at 03:00.
+    ("30 2 * * *", "America/New_York", "2024-03-10T12:00:00+00:00",
+     ("2024-03-09T02:30:00-05:00", "2024-03-10T03:00:00-04:00", "2024-03-11T02:30:00-04:00")),
+    # Autumn in Berlin: the hour from 02:00 comes twice; each is its own slot.
+    ("0 * * * *", "Europe/Berlin", "2024-10-27T02:30:00+01:00",
+     ("2024-10-27T02:00:00+02:00", "2024-10-27T02:00:00+01:00", "2024-10-27T03:00:00+01:00")),
+    ("0 * * * *", "Europe/Berlin", "2024-03-31T03:30:00+02:00",
+     ("2024-03-31T01:00:00+01:00", "2024-03-31T03:00:00+02:00", "2024-03-31T04:00:00+02:00")),
+]
+
+
+@pytest.mark.parametrize(("expr", "zone", "moment", "expected"), SLOTS)
+def test_slot_info_table(expr: str, zone: str, moment: str,
+                         expected: tuple[str, str, str]) -> None:
+    plan = schedule.parse(expr, zone)
+    info = schedule.slot_info(plan, iso(moment))
+    assert (info.previous.isoformat(), info.slot.isoformat(), info.next.isoformat()) == expected
+    # The slot is the one of the moment, and the next fire time is strictly after it.
+    assert schedule.slot(plan, iso(moment)) == info.slot
+    assert schedule.next_after(plan, info.slot) == info.next
+    assert schedule.slot(plan, info.slot) == info.slot
+
+
+@pytest.mark.parametrize(("expr", "grace"), [
+    ("* * * * *", 60.0),
+    ("*/5 * * * *", 60.0),
+    ("*/15 * * * *", 90.0),
+    ("@hourly", 360.0),
+    ("@daily", 8640.0),
+    ("@weekly", 60480.0),
+])
+def test_default_grace_is_a_tenth_of_the_interval_and_at_least_a_minute(expr: str,
+                                                                        grace: float) -> None:
+    info = schedule.slot_info(schedule.parse(expr, "UTC"), at(2024, 5, 1, 12, 34))
+    assert info.default_grace == grace
+
+
+@pytest.mark.parametrize("moment", ["2024-10-27T02:30:00+01:00", "2024-03-31T03:30:00+02:00"])
+def test_default_grace_across_daylight_saving_changes(moment: str) -> None:
+    hourly = schedule.parse("0 * * * *", "Europe/Berlin")
+    assert schedule.slot_info(hourly, iso(moment)).default_grace == 360.0
+
+
+@pytest.mark.parametrize(("now", "grace", "missed", "next_fire"), [
+    ("2024-05-01T03:59:59+00:00", 360, 0, "2024-05-01T04:00:00+00:00"),  # before: no croniter
+    ("2024-05-01T04:00:00+00:00", 360, 0, "2024-05-01T05:00:00+00:00"),
+    ("2024-05-01T04:06:00+00:00", 360, 0, "2024-05-01T05:00:00+00:00"),  # on the grace
+    ("2024-05-01T04:06:01+00:00", 360, 1, "2024-05-01T05:00:00+00:00"),
+    ("2024-05-01T04:00:01+00:00", 0, 1, "2024-05-01T05:00:00+00:00"),
+    ("2024-05-01T05:05:00+00:00", 360, 1, "2024-05-01T06:00:00+00:00"),
+    ("2024-05-01T05:06:01+00:00", 360, 2, "2024-05-01T06:00:00+00:00"),
+    ("2024-05-02T04:00:00+00:00", 360, 24, "2024-05-02T05:00:00+00:00"),
+    ("2024-07-01T00:00:00+00:00", 360, schedule.MISSED_LIMIT, "2024-07-01T01:00:00+00:00"),
+    # A moment given in another zone is the same instant.
+    ("2024-05-01T06:06:01+02:00", 360, 1, "2024-05-01T05:00:00+00:00"),
+])
+def test_due_counts_slots_past_their_grace(now: str, grace: float, missed: int,
+                                           next_fire: str) -> None:
+    hourly = schedule.parse("0 * * * *", "UTC")
+    found = schedule.due(hourly, iso("2024-05-01T04:00:00+00:00"), iso(now), grace)
+    assert (found.missed, found.overdue) == (missed, missed > 0)
+    assert found.next_fire == iso(next_fire)
+    assert found.due_at == iso("2024-05-01T04:00:00+00:00")
+
+
+def test_next_after_is_strictly_after_even_on_a_fire_time() -> None:
+    every_5 = schedule.parse("*/5 * * * *", "UTC")
+    assert schedule.next_after(every_5, at(2024, 5, 1, 3, 5)) == at(2024, 5, 1, 3, 10)
+    assert schedule.next_after(every_5, at(2024, 5, 1, 3, 5) - timedelta(microseconds=1)) == \
+        at(2024, 5, 1, 3, 5)
+
+
+def test_a_fixed_time_job_fires_once_in_the_repeated_hour() -> None:
+    """Cron starts `30 2 * * *` in the first 02:30 of the autumn night only; croniter
+    yields both: the second is no slot, and its absence is no miss."""
+    nightly = schedule.parse("30 2 * * *", "Europe/Berlin")
+    first = datetime.fromisoformat("2024-10-27T02:30:00+02:00")
+    second_pass = datetime.fromisoformat("2024-10-27T02:45:00+01:00")
+    # isoformat: an ambiguous wall time never compares equal across zones (PEP 495).
+    assert schedule.slot(nightly, second_pass).isoformat() == first.isoformat()
+    assert schedule.next_after(nightly, first).isoformat() == "2024-10-28T02:30:00+01:00"
+    info = schedule.slot_info(nightly, second_pass)
+    assert (info.slot.isoformat(), info.next.isoformat()) == (
+        first.isoformat(), "2024-10-28T02:30:00+01:00")
+    # The run of the first 02:30 leaves the next day's slot due: nothing missed meanwhile.
+    due = schedule.due(nightly, info.next, datetime.fromisoformat("2024-10-27T23:00:00+01:00"),
+                       info.default_grace)
+    assert not due.overdue
+    # A night without a run misses one slot, not two.
+    missed = schedule.due(nightly, first, datetime.fromisoformat("2024-10-27T12:00:00+01:00"),
+                          info.default_grace)
+    assert missed.missed == 1
+
+
+@pytest.mark.parametrize("expr", ["0 * * * *", "*/20 2 * * *", "@hourly"])
+def test_wildcard_jobs_fire_in_both_passes_of_the_repeated_hour(expr: str) -> None:
+    plan = schedule.parse(expr, "Europe/Berlin")
+    found = schedule.slot(plan, datetime.fromisoformat("2024-10-27T02:45:00+01:00"))
+    assert found.astimezone(BERLIN).utcoffset().total_seconds() == 3600  # type: ignore[union-attr]
+
+
+def test_the_zone_comes_from_tz_then_cron_tz_then_the_host() -> None:
+    environ = {"CRON_TZ": "Asia/Tokyo", "TZ": "America/New_York"}
+    assert schedule.zone_setting("UTC", environ) == ("UTC", "--tz")
+    assert schedule.zone_setting(None, environ) == ("Asia/Tokyo", "CRON_TZ")
+    assert schedule.zone_setting(None, {"CRON_TZ": ":Asia/Tokyo"}) == ("Asia/Tokyo", "CRON_TZ")
+    assert schedule.zone_setting(None, {"TZ": "America/New_York"}) == (None, "TZ")
+    with pytest.raises(UsageError, match=r"^CRON_TZ: 'Mars/Olympus' is not a known time zone"):
+        schedule.parse("@daily", "Mars/Olympus", zone_source="CRON_TZ")
