@@ -1,8 +1,8 @@
 """A fleet's load on one PostgreSQL: pglock's own statements from many simulated hosts.
 
 Each simulated `pglock run` (a `Contender`) opens its own connections and calls pglock's
-own functions, in the order a run calls them (`run.acquire`, `ledger.start`, the run's
-renewer, `run.record_end`): when those statements change, the load follows. Threads in
+own functions, in the order a run calls them (`Slot.acquire`, `ledger.start`, the run's
+renewer, `record.record_end`): when those statements change, the load follows. Threads in
 one process stand in for the fleet's processes; the server, not the client, is what is
 measured (its CPU, WAL and connections are read from /proc and the statistics views).
 
@@ -49,8 +49,11 @@ from pglock.db.embedded import SERVER_USER, EmbeddedServer
 from pglock.lock import advisory, clock, lease, ledger
 from pglock.lock.heartbeat import Renewer
 from pglock.lock.ledger import Outcome, RunResult
-from pglock.run import slot as run
+from pglock.run import keeping, record
+from pglock.run.notify import Notifier, NotifyOptions
 from pglock.run.options import RunOptions
+from pglock.run.slot import Slot
+from pglock.run.supervise import SignalGate
 
 SCHEMA = "loadgen"
 DURABLE = {"max_connections": "400"}
@@ -77,7 +80,7 @@ class Contender:
         self.options = RunOptions(job=job, command=["true"], schema=schema, ttl=ttl,
                                       mode=mode, holder=holder, min_hold=min_hold,
                                       jitter=jitter, connect_timeout=connect_timeout)
-        # As run.execute builds them.
+        # As Slot.open builds them.
         self.session = Reconnecting(
             conninfo, application_name=f"pglock run {job} on {holder}", timeout=connect_timeout,
             user_timeout=2 * advisory.CHECK_INTERVAL if mode == "advisory" else None)
@@ -88,10 +91,14 @@ class Contender:
         self.renewer: Renewer | None = None
 
     def acquire(self) -> bool:
-        """Connect, try the lock and record the start (run.acquire); whether it was won."""
-        self.sent = run.acquire(self.session, self.claim, self.options,
-                                start=ledger.RunStart(command="true"))
-        return self.sent is not None
+        """Connect, try the lock and record the start (Slot.acquire); whether it was won."""
+        slot = Slot(self.options, self.session, self.claim, SignalGate(),
+                    Notifier(NotifyOptions(), job=self.claim.job, holder=self.claim.holder))
+        won = slot.acquire(start=ledger.RunStart(command="true"))
+        self.sent = slot.sent if won else None
+        if won:
+            self.claim.hold = self.options.hold(self.started, slot.sent)
+        return won
 
     def start(self) -> int:
         """The start record the winning acquire wrote (the command itself is not spawned)."""
@@ -104,17 +111,16 @@ class Contender:
     def renew(self) -> bool:
         """One heartbeat, on the renewer's connection (lease mode: one of its own)."""
         if self.renewer is None:
-            self.renewer = run._renewer(self.session, self.claim)
+            self.renewer = keeping.renewer(self.session, self.claim)
         renewal, _ = self.renewer.renew()
         return renewal is not lease.Renewal.LOST
 
     def end(self, duration: float) -> bool:
-        """The end record and the release (run.record_end); whether both took."""
+        """The end record and the release (record.record_end); whether both took."""
         assert self.run_id is not None and self.sent is not None
         result = RunResult(Outcome.SUCCEEDED, 0, duration)
-        recorded, _, failure, _ = run.record_end(self.session, self.claim, self.run_id, result,
-                                                 self.options.hold(self.started, self.sent))
-        return failure is None and recorded.outcome is Outcome.SUCCEEDED
+        recorded = record.record_end(self.session, self.claim, self.run_id, result)
+        return recorded.failure is None and recorded.result.outcome is Outcome.SUCCEEDED
 
     def close(self) -> None:
         if self.renewer is not None:

@@ -9,13 +9,14 @@ session is checked against pg_locks at acquisition and at every heartbeat.
 
 from __future__ import annotations
 
+import contextlib
 from typing import Any, Protocol
 
 import psycopg
 
 from pglock.db.keys import advisory_key
 from pglock.errors import DatabaseError
-from pglock.lock import lease
+from pglock.lock import lease, ledger
 
 # How often the holder checks its session (and renews the row): the lock has no minimum
 # hold, so a dead session must be noticed within seconds, not a ttl.
@@ -89,6 +90,8 @@ class Session(Protocol):
 
     def get(self) -> psycopg.Connection[Any]: ...
 
+    def connect(self) -> psycopg.Connection[Any]: ...
+
     def close(self) -> None: ...
 
 
@@ -125,3 +128,22 @@ class AdvisoryRenewer:
 
     def lost_reason(self) -> str:
         return self._reason
+
+
+def try_acquire(session: Session, conn: psycopg.Connection[Any],
+                 claim: lease.Claim, start: ledger.RunStart | None) -> lease.Attempt:
+    """One attempt in advisory mode: the session lock first, then the row."""
+    if not take(conn, claim):
+        return lease.Attempt.HELD
+    try:
+        with session.connect() as other:
+            verify_session(other, claim)
+        attempt = lease.try_acquire(conn, claim, start)
+    except BaseException:
+        with contextlib.suppress(psycopg.Error):
+            give_back(conn, claim)
+        raise
+    if attempt is not lease.Attempt.WON:
+        # A lease-mode host holds the row, or the slot ran: whatever the session lock says.
+        give_back(conn, claim)
+    return attempt

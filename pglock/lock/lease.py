@@ -115,6 +115,9 @@ class Claim:
     # The semaphore's seat the acquire took (None: the job's lock). Renew, release and
     # finish find it by the holder id, as they find a lock.
     seat: int | None = None
+    # How long after its acquisition the lock stays held once released (the run's end
+    # releases it at acquisition + hold; docs/lease.md, "The hold"). Set once won.
+    hold: float = 0.0
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The lease as query parameters."""

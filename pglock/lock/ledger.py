@@ -19,6 +19,7 @@ class Claim(Protocol):
 
     schema: str
     holder_id: str
+    hold: float
 
     def params(self, **extra: Any) -> dict[str, Any]: ...
 
@@ -197,18 +198,20 @@ class Finished:
 
 
 def finish(conn: psycopg.Connection[Any], claim: Claim, run_id: int, result: RunResult, *,
-           hold: float = 0.0, keep: bool = False, closes: bool | None = None) -> Finished:
-    """Complete the run's row and the job's summary (and its slot's: `closes` says whether
-    no attempt may follow, by default as the result says), and release the lock at
-    acquisition + `hold` (or, `keep`, renew it for another attempt: an operator's stop seen
-    there releases it at once and closes the slot); repeating it changes nothing."""
+           keep: bool = False) -> Finished:
+    """Complete the run's row and the job's summary (and its slot's, when no attempt may
+    follow), and release the lock at acquisition + the claim's hold (or, `keep`, renew it
+    for another attempt: an operator's stop seen there releases it at once and closes the
+    slot); repeating it changes nothing."""
     lost = result.lost_at_release()
+    # An operator stopped it: the lock goes to the next contender at once, no hold.
+    hold = 0.0 if result.outcome is Outcome.STOPPED else claim.hold
     row = conn.execute(query(FINISH, claim.schema), claim.params(
         run_id=run_id, min_hold=timedelta(seconds=hold), keep=keep,
         duration=timedelta(seconds=result.duration), exit_code=result.exit_code,
         signal=result.signal, outcome=str(result.outcome), error=result.error,
         output_tail=result.output_tail,
-        closes=result.closes_slot if closes is None else closes,
+        closes=result.closes_slot,
         hopeless=result.hopeless, error_line=result.error_line,
         lost_error=lost.error, lost_error_line=lost.error_line)).fetchone()
     assert row is not None

@@ -143,7 +143,12 @@ class Notifier:
             final = threading.Thread(target=self.pinger.finish, args=(self, result, tail),
                                      name="pglock-ping", daemon=True)
             final.start()
-        told = [self._hook(name, command, result, previous_outcome, env, tail)
+        hook_env = {**env, "PGLOCK_OUTCOME": str(result.outcome),
+                    "PGLOCK_EXIT_CODE": "" if result.exit_code is None else str(result.exit_code),
+                    "PGLOCK_DURATION": f"{result.duration:.3f}",
+                    "PGLOCK_PREVIOUS_OUTCOME": previous_outcome or "",
+                    "PGLOCK_ERROR": result.error or ""}
+        told = [self._hook(name, command, hook_env, tail)
                 for name, command in self._hooks(result, previous_outcome)]
         if final is not None and self.pinger is not None:
             final.join(PING_BUDGET + 1.0)
@@ -164,15 +169,10 @@ class Notifier:
                       ("on-recovery", options.on_recovery if recovered else None)]
         return [(name, command) for name, command in chosen if command is not None]
 
-    def _hook(self, name: str, command: str, result: RunResult, previous_outcome: str | None,
-              env: dict[str, str], tail: bytes) -> Told:
-        hook_env = {**env, "PGLOCK_HOOK": name, "PGLOCK_OUTCOME": str(result.outcome),
-                    "PGLOCK_EXIT_CODE": "" if result.exit_code is None else str(result.exit_code),
-                    "PGLOCK_DURATION": f"{result.duration:.3f}",
-                    "PGLOCK_PREVIOUS_OUTCOME": previous_outcome or "",
-                    "PGLOCK_ERROR": result.error or ""}
+    def _hook(self, name: str, command: str, env: dict[str, str], tail: bytes) -> Told:
         began = clock.now()
-        told, exit_code = run_hook(name, command, hook_env, tail, self.options.hook_timeout)
+        told, exit_code = run_hook(name, command, {**env, "PGLOCK_HOOK": name}, tail,
+                                   self.options.hook_timeout)
         self.emit("hook", warning=not told.ok, hook=name, ok=told.ok, exit_code=exit_code,
                   duration=round(clock.now() - began, 3),
                   detail=None if told.ok else told.detail)

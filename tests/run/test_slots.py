@@ -106,23 +106,26 @@ def test_a_slot_that_ran_between_acquire_and_start_releases_the_lock(env: Env) -
     """The unique (job, slot) index is the backstop behind the acquire's own check."""
     from pglock.db.database import Reconnecting
     from pglock.lock import lease
-    from pglock.run import slot as run
+    from pglock.run.notify import Notifier, NotifyOptions
     from pglock.run.options import RunOptions
+    from pglock.run.slot import Slot, plan_slot
     from pglock.run.supervise import SignalGate
 
     options = RunOptions(job="squeezed", command=["true"], schema=env.schema,
-                             schedule=NEW_YEAR, tz="UTC")
-    scheduled, _ = run.plan_slot(options)
+                         schedule=NEW_YEAR, tz="UTC")
+    scheduled, _ = plan_slot(options)
     assert scheduled is not None
     session = Reconnecting(env.dsn, application_name="test", timeout=10)
     claim = lease.Claim(job="squeezed", schema=env.schema, ttl=60, slot=scheduled.slot)
+    slot = Slot(options, session, claim, SignalGate(), Notifier(NotifyOptions(), job="squeezed",
+                                                                holder="test"), scheduled)
     try:
         # The lock alone, then the start in a statement of its own (as for a retry).
-        assert run.acquire(session, claim, options) is not None
+        assert slot.acquire()
         # Another host's run of the slot succeeded after our acquire (as from a lost lease).
         env.query("INSERT INTO {schema}.slots (job, slot, attempts, attempt_limit, "
                   "succeeded_run_id) VALUES ('squeezed', %s, 1, 1, 0)", (scheduled.slot,))
-        assert run._start(session, claim, options, SignalGate(), scheduled) is None
+        assert slot.start() is None
     finally:
         session.close()
     assert env.query("SELECT expires_at <= clock_timestamp(), released_at IS NOT NULL "

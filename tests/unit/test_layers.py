@@ -147,3 +147,33 @@ def test_the_circle_check_finds_a_circle() -> None:
     edges = {"a": {"b"}, "b": {"c"}, "c": {"a"}, "d": {"a"}}
     assert circles(edges) == [["a", "b", "c"]]
     assert circles({"a": {"b"}, "b": set()}) == []
+
+
+# The run path: what a slot's attempts share lives on one object (run/slot.py's Slot), so
+# no step takes a clump of parameters.
+RUN_PATH = ("run", "lock")
+MOST_PARAMETERS = 5
+
+
+def parameters(function: ast.FunctionDef | ast.AsyncFunctionDef) -> int:
+    args = function.args
+    names = [a.arg for a in (*args.posonlyargs, *args.args, *args.kwonlyargs)]
+    names += [a.arg for a in (args.vararg, args.kwarg) if a is not None]
+    return len([name for name in names if name not in ("self", "cls")])
+
+
+def test_no_function_of_the_run_path_takes_more_than_five_parameters() -> None:
+    crowded = []
+    for wing_name in RUN_PATH:
+        for path in sorted((PACKAGE / wing_name).rglob("*.py")):
+            for node in ast.walk(ast.parse(path.read_text())):
+                if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef) \
+                        and parameters(node) > MOST_PARAMETERS:
+                    crowded.append(f"{module_name(path)}.{node.name}: {parameters(node)}")
+    assert crowded == []
+
+
+def test_parameters_are_counted_without_self() -> None:
+    tree = ast.parse("class A:\n    def f(self, a, b=1, *c, d, **e): pass\n")
+    function = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))
+    assert parameters(function) == 5

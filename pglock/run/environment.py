@@ -1,0 +1,39 @@
+"""What the command finds in its environment: pglock's variables beside the caller's."""
+
+from __future__ import annotations
+
+import os
+
+from pglock.lock import lease
+from pglock.run.options import RunOptions
+
+# What the command finds in its environment (man pglock-run, ENVIRONMENT).
+COMMAND_VARIABLES = {
+    "PGLOCK_JOB": "the job name",
+    "PGLOCK_RUN_ID": "the id of this run's history row",
+    "PGLOCK_FENCING_TOKEN": "the lock's fencing token, higher at every acquisition: "
+                            "compare it where the command writes",
+    "PGLOCK_HOLDER": "the holder's name (--holder, default the host name)",
+    "PGLOCK_HOLDER_ID": "this run's random holder id, a secret of the run's processes (in "
+                        "their environment only, never shown): a nested pglock run of the "
+                        "same job proves with it that it runs under this lock",
+    "PGLOCK_SLOT": "with --schedule: the slot this run is for (ISO 8601)",
+    "PGLOCK_SEAT": "with --limit: the seat this run holds (1 to N; its fencing token is the "
+                   "seat's)",
+    "PGLOCK_ATTEMPT": "the attempt (1-based; with --retries, and with --schedule counted over "
+                      "every host's attempts at the slot): with PGLOCK_SLOT, an idempotency key",
+}
+
+
+def command_environment(options: RunOptions, claim: lease.Claim, run_id: int,
+                        attempt: int = 1) -> dict[str, str]:
+    """The command's environment: ours, plus what it needs to fence its own writes."""
+    env = dict(os.environ)
+    env.update(PGLOCK_JOB=options.job, PGLOCK_RUN_ID=str(run_id),
+               PGLOCK_FENCING_TOKEN=str(claim.fencing_token), PGLOCK_HOLDER=options.holder,
+               PGLOCK_HOLDER_ID=claim.holder_id, PGLOCK_ATTEMPT=str(attempt))
+    if claim.slot is not None:
+        env["PGLOCK_SLOT"] = claim.slot.isoformat()
+    if claim.seat is not None:
+        env["PGLOCK_SEAT"] = str(claim.seat)
+    return env

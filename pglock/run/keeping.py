@@ -1,0 +1,89 @@
+"""Keeping the lock: the renewer of each mode, the command supervised to its end with the
+lock renewed, and the lock held through the backoff between two attempts."""
+
+from __future__ import annotations
+
+import dataclasses
+import os
+import select
+
+import psycopg
+
+from pglock.db.database import Reconnecting
+from pglock.errors import ExitStatus, PglockError
+from pglock.lock import advisory, clock, lease
+from pglock.lock.heartbeat import RETRY_INTERVAL, LeaseRenewer, Renewer, grace, margin
+from pglock.lock.ledger import Outcome, RunResult
+from pglock.run import output
+from pglock.run.supervise import SignalGate, Supervision
+from pglock.run.watchdog import Watchdog
+
+
+def renewer(session: Reconnecting, claim: lease.Claim) -> Renewer:
+    """How the lock is kept in its mode: the lease row on a connection of its own, or the
+    advisory session lock (with its row) on the session."""
+    if claim.mode == "advisory":
+        return advisory.AdvisoryRenewer(claim, session)
+    return LeaseRenewer(claim, lambda: session.connect(claim.ttl / 3, claim.ttl / 3))
+
+
+def supervise(supervision: Supervision, capture: output.Capture | None,
+               session: Reconnecting, watchdog: Watchdog | None) -> tuple[RunResult, int]:
+    """Run to the end with the lease renewed; the result (with the output tail) and exit code."""
+    if capture is not None:
+        capture.start()
+    supervision.heartbeat.start()
+    try:
+        result, code = supervision.result(supervision.wait())
+        if capture is not None:
+            # Still renewing: helpers the command left behind may be finishing their output.
+            result = dataclasses.replace(result, output_tail=capture.finish())
+    finally:
+        if not supervision.heartbeat.stop():
+            session.abandon()
+    if watchdog is not None and watchdog.stand_down() and result.outcome is not Outcome.LOCK_LOST:
+        result = dataclasses.replace(
+            result, outcome=Outcome.LOCK_LOST,
+            error="lock lost: pglock was stopped past the lock's deadline, and its watchdog "
+                  "stopped the command")
+        code = ExitStatus.INTERNAL
+    return result, code
+
+
+def hold_through(renewer: Renewer, gate: SignalGate, kill_after: float, wait: float,
+                 renewed_at: float) -> tuple[str | None, float]:
+    """Hold the lock through the wait before the next attempt, renewing it on this thread;
+    why the wait ended early ('signal', 'stop', 'lost'; None: it did not), and the
+    stopwatch time the last renewal was sent (the next attempt's heartbeat counts from it)."""
+    # The same local deadline the heartbeat keeps while a command runs.
+    slack = margin(renewer.horizon) + grace(renewer.horizon, kill_after)
+    end = clock.now() + wait
+    next_renewal = renewed_at + renewer.interval
+    gate.between = True
+    try:
+        while True:
+            now = clock.now()
+            if gate.stop_signal is not None:
+                return "signal", renewed_at
+            if now >= renewed_at + renewer.horizon - slack:
+                return "lost", renewed_at
+            if now >= end:
+                return None, renewed_at
+            if now >= next_renewal:
+                try:
+                    renewal, _ = renewer.renew()
+                except (psycopg.Error, PglockError):
+                    renewer.reset()
+                    next_renewal = now + RETRY_INTERVAL
+                    continue
+                if renewal is lease.Renewal.LOST:
+                    return "lost", renewed_at
+                if renewal is lease.Renewal.STOP:
+                    return "stop", renewed_at
+                renewed_at, next_renewal = now, now + renewer.interval
+            ready, _, _ = select.select([gate.wake_r], [], [],
+                                        max(0.0, min(end, next_renewal) - clock.now()))
+            if ready:
+                os.read(gate.wake_r, 512)
+    finally:
+        gate.between = False

@@ -1,0 +1,104 @@
+"""The end of a run, written whatever the database does: retried across reconnects for as
+long as the lease lasts anyway, and given up on at that deadline (a server that stopped
+answering would block a statement for good; pglock still exits)."""
+
+from __future__ import annotations
+
+import logging
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+
+import psycopg
+
+from pglock.db import database
+from pglock.db.database import Reconnecting
+from pglock.errors import PglockError
+from pglock.lock import clock, lease, ledger
+from pglock.lock.ledger import Outcome, RunResult
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class Recorded:
+    """What writing a run's end came to."""
+
+    # The result as recorded (lock_lost when the release found the lock no longer ours).
+    result: RunResult
+    # What recording it learned of the job (None: nothing was written by this call).
+    finished: ledger.Finished | None
+    # Why the write never took (None: it did).
+    failure: str | None
+    # When the lock was kept: the stopwatch time its renewal was sent (None: released,
+    # lost, or an operator asked it to stop).
+    kept_at: float | None
+
+
+def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: RunResult, *,
+               keep: bool = False) -> Recorded:
+    """Write the end of the run and release the lock at the end of its hold (with `keep`,
+    renew it for another attempt instead), retrying across reconnects."""
+    # A run that lost its lock to an outage has waited long enough: the lock is gone,
+    # and the next acquirer marks the run abandoned. Otherwise a blip at the end of a
+    # run is ridden out for up to a ttl, the time the lease lasts anyway.
+    patience = session.timeout if result.outcome is Outcome.LOCK_LOST else max(
+        session.timeout, claim.ttl)
+    deadline = clock.now() + patience
+    outcome = Recorded(result, None, "the database did not answer", None)
+
+    def attempt() -> None:
+        nonlocal outcome
+        conn = session.get()
+        sent = clock.now()
+        # One statement: nobody sees the lock free before the run has ended.
+        done = ledger.finish(conn, claim, run_id, result, keep=keep)
+        # Nothing written: an earlier attempt of ours did commit, before the connection
+        # broke, and its release found the lock ours.
+        outcome = Recorded(done.result or result if done.recorded else result,
+                           done if done.recorded else None, None,
+                           sent if done.kept else None)
+
+    def failed(failure: str) -> None:
+        nonlocal outcome
+        outcome = Recorded(outcome.result, outcome.finished, failure, None)
+
+    _bounded(session, attempt, failed, deadline, patience + 1.0)
+    return outcome
+
+
+def add_note(session: Reconnecting, claim: lease.Claim, run_id: int, note: str) -> None:
+    """Record what the hooks and pings came to with the run, bounded as its end was."""
+    def attempt() -> None:
+        ledger.add_note(session.get(), claim, run_id, note)
+
+    def failed(failure: str) -> None:
+        log.info("job %r: the note of run %d was not recorded: %s", claim.job, run_id, failure)
+
+    _bounded(session, attempt, failed, clock.now(), session.timeout + 1.0)
+
+
+def unrecorded(run_id: int, failure: str) -> str:
+    return f"the end of run {run_id} could not be recorded ({failure}); it stays marked running"
+
+
+def _bounded(session: Reconnecting, attempt: Callable[[], None],
+             failed: Callable[[str], None], deadline: float, wait: float) -> None:
+    """`attempt` on a thread, retried every second across reconnects until `deadline`
+    (each failure told to `failed`); waited for `wait` seconds, then given up on."""
+    def attempts() -> None:
+        while True:
+            try:
+                attempt()
+                return
+            except (psycopg.Error, PglockError) as error:
+                failed(database.first_line(error))
+                session.close()
+                if clock.now() >= deadline:
+                    return
+                time.sleep(1.0)
+
+    writer = threading.Thread(target=attempts, name="pglock-record", daemon=True)
+    writer.start()
+    writer.join(wait)
