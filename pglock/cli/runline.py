@@ -20,7 +20,7 @@ from typing import Any
 from pglock.cli import boundary
 from pglock.run import flags as run_flags
 
-_INTEGER = re.compile(r"\s*[+-]?\d+\s*")
+_INTEGER = r"\s*[+-]?\d+\s*"
 # Booleans from the environment as click reads them, the unambiguous spellings only.
 _BOOLEANS = {"1": True, "true": True, "yes": True, "on": True,
              "0": False, "false": False, "no": False, "off": False}
@@ -124,7 +124,7 @@ def _converted(text: str, kind: str | bool) -> Any:
     if kind == "text":
         return text
     if kind == "int":
-        return int(text) if _INTEGER.fullmatch(text) else None
+        return int(text) if re.fullmatch(_INTEGER, text) else None
     if isinstance(kind, bool):
         return _BOOLEANS.get(text.strip().lower())
     return None

@@ -19,15 +19,15 @@ from pglock.settings.config import Target, undecodable
 
 # Server-side reasons a connection is refused for now, not for good. psycopg reports
 # "too many clients" without an SQLSTATE at connect time, so the text is all there is.
-_TRANSIENT = re.compile(
-    r"too many (clients|connections)|remaining connection slots|"
+# Compiled on first use (re's cache): a connection that succeeds never needs it.
+_TRANSIENT = (
+    r"(?i)too many (clients|connections)|remaining connection slots|"
     r"the database system is (starting up|shutting down|in recovery mode|not yet accepting)|"
     r"connection refused|no such file or directory|timeout expired|"
     r"server closed the connection unexpectedly|could not receive data|"
     r"terminating connection|cannot connect now|"
     # EAGAIN from connect() on a Unix socket whose listen queue is full: a :00 storm.
-    r"resource temporarily unavailable",
-    re.IGNORECASE,
+    r"resource temporarily unavailable"
 )
 # Client-side TCP settings so a vanished server is noticed within seconds, not hours.
 KEEPALIVES = {"keepalives": "1", "keepalives_idle": "5", "keepalives_interval": "2",
@@ -90,7 +90,7 @@ def is_transient(error: BaseException) -> bool:
     sqlstate = getattr(error, "sqlstate", None)
     if sqlstate in ("53300", "57P03", "08006", "08001", "08004"):
         return True
-    return bool(_TRANSIENT.search(str(error)))
+    return bool(re.search(_TRANSIENT, str(error)))
 
 
 def first_line(error: BaseException) -> str:

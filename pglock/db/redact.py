@@ -13,19 +13,20 @@ from dataclasses import dataclass
 
 HIDDEN = "***"
 
+# The patterns are compiled on first use (re's own cache): a run that says nothing about
+# a DSN does not pay for them.
 # Keyword form: password=secret, password = 'it''s', password='a b\' c' (quotes may not
 # close: the rest of the text goes with it). Also a URI's ?password=... parameter.
-_KEYWORD = re.compile(
-    r"(?P<key>\bpassword\s*=\s*)(?:'(?:\\.|[^'\\])*(?:'|$)|\S+)", re.IGNORECASE | re.DOTALL)
+_KEYWORD = r"(?is)(?P<key>\bpassword\s*=\s*)(?:'(?:\\.|[^'\\])*(?:'|$)|\S+)"
 # URI form: scheme://user:pass@host. A password may hold unencoded / @ : (base64 ones
 # hold /), so the user information runs to the last @ before any white space.
-_URI = re.compile(r"(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?P<userinfo>\S*@)", re.IGNORECASE)
+_URI = r"(?i)(?P<scheme>\b[a-z][a-z0-9+.-]*://)(?P<userinfo>\S*@)"
 
 
 def redact(text: str) -> str:
     """`text` with the password of every DSN fragment in it replaced by ***."""
-    text = _URI.sub(_hide_userinfo, text)
-    return _KEYWORD.sub(lambda m: m.group("key") + HIDDEN, text)
+    text = re.sub(_URI, _hide_userinfo, text)
+    return re.sub(_KEYWORD, lambda m: m.group("key") + HIDDEN, text)
 
 
 def _hide_userinfo(match: re.Match[str]) -> str:
@@ -46,15 +47,15 @@ class Place:
         return f"{self.host}:{self.port}" + (f"/{self.dbname}" if self.dbname else "")
 
 
-_URI_PREFIX = re.compile(r"postgres(?:ql)?://", re.IGNORECASE)
+_URI_PREFIX = r"(?i)postgres(?:ql)?://"
 # What a host, port or database name holds; anything else is shown by nobody.
-_SAFE_FIELD = re.compile(r"[\w.\-,\[\]:%/]*")
+_SAFE_FIELD = r"[\w.\-,\[\]:%/]*"
 
 
 def _userinfo(conninfo: str) -> str | None:
     """A URI's user information as a human reads it (up to the last @), or None."""
     stripped = conninfo.strip()
-    prefix = _URI_PREFIX.match(stripped)
+    prefix = re.match(_URI_PREFIX, stripped)
     if prefix is None:
         return None
     userinfo, at, _ = stripped[prefix.end():].rpartition("@")
@@ -89,7 +90,7 @@ def place(conninfo: str, parsed: dict[str, str]) -> Place | None:
     dbname = (parsed.get("dbname") or env.get("PGDATABASE") or parsed.get("user")
               or env.get("PGUSER") or "")
     fields = (host, port, dbname)
-    if not all(_SAFE_FIELD.fullmatch(f) for f in fields):
+    if not all(re.fullmatch(_SAFE_FIELD, f) for f in fields):
         return None
     if any(s in f for s in secrets(conninfo, parsed) for f in fields):
         return None

@@ -13,6 +13,7 @@ import signal
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import TYPE_CHECKING
 
 import psycopg
 
@@ -22,7 +23,7 @@ from pglock.errors import ExitStatus, Interrupted, PglockError
 from pglock.lock import advisory, clock, lease, ledger
 from pglock.lock.heartbeat import Heartbeat
 from pglock.lock.ledger import Outcome, RunResult
-from pglock.run import keeping, output, reentrant, retry
+from pglock.run import keeping, output, retry
 from pglock.run.child import CannotStart, Child
 from pglock.run.environment import command_environment
 from pglock.run.notify import Notifier
@@ -32,14 +33,20 @@ from pglock.run.supervise import SignalGate, Supervision
 from pglock.run.watchdog import Watchdog
 from pglock.settings.config import shown
 
+if TYPE_CHECKING:
+    from pglock.run.reentrant import Inherited
+
 log = logging.getLogger(__name__)
 
 
 def execute(options: RunOptions, conninfo: str) -> int:
     """Run the command under the job's lock; pglock's exit code."""
-    nested = reentrant.inherited(options.job, os.environ)
-    if nested is not None:
-        return _reentrant(options, conninfo, nested)
+    if os.environ.get("PGLOCK_HOLDER_ID"):
+        from pglock.run import reentrant
+
+        nested = reentrant.inherited(options.job, os.environ)
+        if nested is not None:
+            return _reentrant(options, conninfo, nested)
     started = clock.now()
     scheduled, start_by = plan_slot(options)
     gate = SignalGate()
@@ -423,9 +430,11 @@ class Slot:
             add_note(self.session, self.claim, last.run.id, note)
 
 
-def _reentrant(options: RunOptions, conninfo: str, nested: reentrant.Inherited) -> int:
+def _reentrant(options: RunOptions, conninfo: str, nested: Inherited) -> int:
     """Inside the command of a run of the same job: its command under that run's lock if
     the lock row confirms it is still held, else skipped (docs/jobs-file.md, Reentrant runs)."""
+    from pglock.run import reentrant
+
     if not reentrant.confirmed(conninfo, options.schema, options.job, nested,
                                options.connect_timeout):
         log.debug("job %r: skipped: nested in a run of it whose lock is no longer held",

@@ -61,7 +61,7 @@ def shape(env: Env, name: str) -> list[Any]:
 
 
 def test_version_is_the_newest_migration() -> None:
-    folder = resources.files("pglock").joinpath("sql/migrations")
+    folder = resources.files("pglock.db").joinpath("sql/migrations")
     numbers = sorted(int(f.name.split("_")[0]) for f in folder.iterdir()
                      if f.name.endswith(".sql"))
     assert numbers == list(range(2, schema.VERSION + 1))

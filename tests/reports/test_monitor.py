@@ -172,7 +172,7 @@ def test_metrics_on_an_unreachable_database_fail_with_one_line(env: Env) -> None
 def test_reading_jobs_that_are_on_time_needs_no_cron_arithmetic(env: Env) -> None:
     """status reads thousands of jobs: on-time ones cost no croniter, not even its import."""
     run_ok(env, "on-time", "--schedule", "*/5 * * * *")
-    code = ("import sys, psycopg; from pglock import jobs; "
+    code = ("import sys, psycopg; from pglock.reports import jobs; "
             f"conn = psycopg.connect({env.dsn!r}, autocommit=True); "
             f"[job] = jobs.read(conn, {env.schema!r}).jobs; "
             "assert job.due and not job.overdue and job.due.missed == 0; "

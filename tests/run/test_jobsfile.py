@@ -104,7 +104,7 @@ def test_the_typer_parser_reads_the_file_too(env: Env) -> None:
     # `pglock run` parsed by typer (cli.main), as help and anything unsure are.
     _, marks = jobs_file(env)
     typer_run = [sys.executable, "-c",
-                 "import sys; from pglock import cli; sys.exit(cli.main(sys.argv[1:]))"]
+                 "import sys; from pglock.cli import app; sys.exit(app.main(sys.argv[1:]))"]
     process = subprocess.run([*typer_run, "run", "--job", "sync-invoices"],
                              env=env.env, capture_output=True, text=True, timeout=60)
     assert process.returncode == 0, process.stderr

@@ -9,7 +9,7 @@ import pytest
 
 from pglock.cli import app as cli
 from pglock.lock.ledger import Outcome, RunResult
-from pglock.run.notify import _final_suffix, address
+from pglock.run.pings import _final_suffix, address
 
 
 @pytest.fixture(autouse=True)

@@ -1,0 +1,127 @@
+"""healthchecks.io-style pings (`--ping-url`): a start, and the slot's end with its exit
+code and output tail, sent in the background within a budget."""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+from collections.abc import Callable
+from typing import Any
+
+from pglock import __version__
+from pglock.lock import clock
+from pglock.lock.ledger import Outcome, RunResult
+from pglock.run.told import Told
+
+# One request's limit, for the connection and for each read.
+PING_TIMEOUT = 5.0
+PING_RETRIES = 2
+# The final ping (with a start ping still under way) keeps pglock at most this long.
+PING_BUDGET = 10.0
+PING_BODY = 10 * 1024
+
+# The notifier's event emitter: event name, warning, fields.
+Emit = Callable[..., Any]
+
+
+class Pinger:
+    """healthchecks.io's protocol as runitor speaks it: URL/start when the command starts,
+    URL on success, URL/<exit code> on failure, the output tail as the body; each run's
+    pings carry one run id (rid), so the service pairs a start with its end."""
+
+    def __init__(self, url: str) -> None:
+        self.url = url
+        self.rid = _uuid4()
+        self.starting: threading.Thread | None = None
+        self.told: list[Told] = []
+
+    def start(self, emit: Emit) -> None:
+        self.starting = threading.Thread(target=self._send, args=(emit, "/start", b""),
+                                         name="pglock-ping-start", daemon=True)
+        self.starting.start()
+
+    def finish(self, emit: Emit, result: RunResult, tail: bytes) -> None:
+        deadline = clock.now() + PING_BUDGET
+        if self.starting is not None:
+            # The start should arrive first; one that is still retrying is not waited out
+            # (the run id lets the service pair an end that overtook its start).
+            self.starting.join(PING_TIMEOUT)
+        self._send(emit, _final_suffix(result), tail[-PING_BODY:], deadline)
+
+    def _send(self, emit: Emit, suffix: str, body: bytes,
+              deadline: float | None = None) -> None:
+        if deadline is None:
+            deadline = clock.now() + PING_BUDGET
+        ok, detail, attempts = post(address(self.url, suffix, self.rid), body, deadline)
+        self.told.append(Told(f"ping {suffix or '/'}", ok, detail))
+        emit("ping", warning=not ok, ping=suffix or "/", ok=ok, detail=detail,
+                      attempts=attempts)
+
+
+def _final_suffix(result: RunResult) -> str:
+    """`` on success, else `/<code>`: the code pglock exits with (124 timed out, 125 lock
+    lost), or `/fail` when there is no code to tell."""
+    if result.outcome is Outcome.SUCCEEDED:
+        return ""
+    if result.outcome is Outcome.TIMED_OUT:
+        return "/124"
+    if result.outcome is Outcome.LOCK_LOST:
+        return "/125"
+    if result.exit_code:
+        return f"/{result.exit_code}"
+    return "/fail"
+
+
+def _uuid4() -> str:
+    """A random (version 4) UUID, as healthchecks.io wants a run id; `uuid` costs an import."""
+    data = bytearray(os.urandom(16))
+    data[6] = data[6] & 0x0F | 0x40
+    data[8] = data[8] & 0x3F | 0x80
+    h = data.hex()
+    return f"{h[:8]}-{h[8:12]}-{h[12:16]}-{h[16:20]}-{h[20:]}"
+
+
+def address(url: str, suffix: str, rid: str) -> str:
+    """The ping URL with `suffix` on its path and the run id in its query."""
+    from urllib.parse import urlsplit, urlunsplit
+
+    parts = urlsplit(url)
+    query = "&".join(q for q in (parts.query, f"rid={rid}") if q)
+    return urlunsplit(parts._replace(path=parts.path.rstrip("/") + suffix, query=query))
+
+
+def post(url: str, body: bytes, deadline: float) -> tuple[bool, str, int]:
+    """POST with retries on network errors, 5xx and 429, until the deadline: whether it
+    was taken, its status or error, how many requests were sent."""
+    import http.client
+    import urllib.error
+    import urllib.request
+
+    request = urllib.request.Request(url, data=body, method="POST", headers={
+        "User-Agent": f"pglock/{__version__}", "Content-Type": "text/plain; charset=utf-8"})
+    detail = "not sent: no time left"
+    attempts = 0
+    for attempt in range(1 + PING_RETRIES):
+        remaining = deadline - clock.now()
+        if remaining <= 0:
+            break
+        if attempt:
+            time.sleep(min(remaining, 0.5 * 2 ** (attempt - 1)))
+            remaining = deadline - clock.now()
+            if remaining <= 0:
+                break
+        attempts += 1
+        try:
+            with urllib.request.urlopen(request, timeout=min(PING_TIMEOUT, remaining)) as reply:
+                reply.read(4096)
+                return True, f"HTTP {reply.status}", attempts
+        except urllib.error.HTTPError as error:
+            detail = f"HTTP {error.code}"
+            if error.code < 500 and error.code != 429:
+                break
+        except urllib.error.URLError as error:
+            detail = f"failed: {error.reason}"
+        except (OSError, ValueError, http.client.HTTPException) as error:
+            detail = f"failed: {error!r}" if not str(error) else f"failed: {error}"
+    return False, detail, attempts
