@@ -8,6 +8,7 @@ functions of their version (sql/functions.sql holds the current ones)."""
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -50,6 +51,7 @@ def as_released(name: str, version: int) -> sql.Composed:
     """The DDL with which pglock of `version` created a new schema."""
     return sql.Composed([schema.query((RELEASED / f"v{n}.sql").read_text(), name)
                          for n in range(1, version + 1)])
+
 
 # What a pglock of version 3 sends to renew and release its lock: a holder that started
 # before the upgrade goes on with these, straight on the tables, as the owner's role.
@@ -146,35 +148,34 @@ def test_every_earlier_version_upgrades_in_place(env: Env, old: int) -> None:
     assert env.query("SELECT fencing_token FROM {schema}.locks WHERE job = 'held'") == [(8,)]
 
 
+@pytest.fixture
+def fresh(env: Env) -> Iterator[str]:
+    """A second schema beside the test's, created new by this pglock."""
+    name = env.schema + "_new"
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(schema.ddl(name))
+    yield name
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
 @pytest.mark.parametrize("old", range(1, schema.VERSION))
-def test_an_upgraded_schema_is_a_new_one(env: Env, old: int) -> None:
-    fresh = env.schema + "_new"
+def test_an_upgraded_schema_is_a_new_one(env: Env, fresh: str, old: int) -> None:
     with psycopg.connect(env.dsn, autocommit=True) as conn:
         conn.execute(as_released(env.schema, old))
         schema.ensure(conn, env.schema)
-        conn.execute(schema.ddl(fresh))
-    try:
-        assert_same(env, env.schema, fresh)
-    finally:
-        with psycopg.connect(env.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(fresh)))
+    assert_same(env, env.schema, fresh)
 
 
-def test_a_new_schema_is_the_released_one(env: Env) -> None:
-    """A new schema of a version that was released is the one its release created, to the
+def test_a_new_schema_is_the_released_one(env: Env, fresh: str) -> None:
+    """A new schema of a version that was released is the one its release created, to each
     function's body and grant: the files may be reorganised, a released version not
     changed (a change to a function is a new version)."""
     if not (RELEASED / f"v{schema.VERSION}.sql").exists():
         pytest.skip(f"version {schema.VERSION} is not frozen yet (not released)")
-    fresh = env.schema + "_new"
     with psycopg.connect(env.dsn, autocommit=True) as conn:
         conn.execute(as_released(env.schema, schema.VERSION))
-        conn.execute(schema.ddl(fresh))
-    try:
-        assert_same(env, env.schema, fresh)
-    finally:
-        with psycopg.connect(env.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(fresh)))
+    assert_same(env, env.schema, fresh)
 
 
 def assert_same(env: Env, name: str, fresh: str) -> None:
