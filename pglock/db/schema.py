@@ -1,16 +1,20 @@
 """The pglock schema: created once on first use, versioned, upgraded in place, refused when
 newer than us.
 
-Version 1 is `sql/schema.sql`; each later version N is one file `sql/migrations/NNN_*.sql`
-that upgrades N-1 to N. A new database gets the same statements in the same order, so a
-database upgraded from any version and a new one cannot differ. Migrations only add
-(tables, nullable columns, wider checks added NOT VALID): a holder that started under an
-older version keeps renewing and recording its run through the upgrade.
+Tables and the version: version 1 is `sql/schema.sql`; each later version N is one file
+`sql/migrations/NNN_*.sql` that upgrades N-1 to N (a migration may also drop a function
+whose signature changes). Functions: `sql/functions.sql` holds the current body of each,
+with who may call it, and runs after the migrations of every creation and every upgrade,
+in the same transaction as the version bump. A new database gets the same statements in
+the same order as an upgraded one, so the two cannot differ. Migrations only add (tables,
+nullable columns, wider checks added NOT VALID), and a function keeps the signature an
+older pglock calls it by: a holder that started under an older version keeps renewing
+and recording its run through the upgrade.
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import psycopg
 from psycopg import sql
@@ -18,6 +22,9 @@ from psycopg import sql
 from pglock.db.database import first_line
 from pglock.db.keys import advisory_key
 from pglock.errors import DatabaseError, SchemaError
+
+if TYPE_CHECKING:
+    from importlib.resources.abc import Traversable
 
 # The newest migration's number (a test checks it against sql/migrations/).
 VERSION = 5
@@ -35,27 +42,36 @@ def query(text: str, schema: str) -> sql.Composed:
 
 def migrations() -> list[tuple[int, str]]:
     """(version, SQL text) of every version after 1, in order."""
-    from importlib import resources
-
-    folder = resources.files("pglock.db").joinpath("sql/migrations")
     found = sorted((int(entry.name.split("_", 1)[0]), entry.read_text())
-                   for entry in folder.iterdir() if entry.name.endswith(".sql"))
+                   for entry in _sql("migrations").iterdir() if entry.name.endswith(".sql"))
     return found
 
 
-def ddl(schema: str, upto: int = VERSION) -> sql.Composed:
-    """The whole DDL of a version (this one by default), for `init --print-sql` and creation."""
-    from importlib import resources
-
-    texts = [resources.files("pglock.db").joinpath("sql/schema.sql").read_text()]
-    texts += [text for version, text in migrations() if version <= upto]
-    return sql.Composed([query(text, schema) for text in texts])
+def ddl(schema: str) -> sql.Composed:
+    """The whole DDL of a new schema of this version, for `init --print-sql` and creation:
+    version 1, every migration, then the functions."""
+    texts = [_sql("schema.sql").read_text(), *(text for _, text in migrations())]
+    return _with_functions(schema, texts)
 
 
 def upgrade_sql(schema: str, current: int) -> sql.Composed:
-    """The migrations that take a schema of version `current` to this one."""
-    return sql.Composed([query(text, schema) for version, text in migrations()
-                         if version > current])
+    """The migrations that take a schema of version `current` to this one, then the
+    functions (which replace the bodies of those it has)."""
+    return _with_functions(schema, [text for version, text in migrations()
+                                    if version > current])
+
+
+def _with_functions(schema: str, texts: list[str]) -> sql.Composed:
+    texts = [*texts, _sql("functions.sql").read_text()]
+    return sql.Composed([query(text, schema) for text in texts])
+
+
+def _sql(name: str) -> Traversable:
+    """A file or folder of pglock/db/sql/ (imported here: only creation and upgrades read
+    them, and the run path stays light)."""
+    from importlib import resources
+
+    return resources.files("pglock.db").joinpath("sql").joinpath(name)
 
 
 def ensure(conn: psycopg.Connection[Any], schema: str) -> None:

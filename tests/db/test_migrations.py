@@ -1,10 +1,16 @@
 """Schema versions: a database of every earlier version is upgraded in place, its data kept
-and its running holders unharmed; a new database and an upgraded one are the same."""
+and its running holders unharmed; a new database and an upgraded one are the same.
+
+A database of an earlier version is built from that version's DDL as it was released
+(schemas/vN.sql, frozen), not from today's files: today's migrations no longer create the
+functions of their version (sql/functions.sql holds the current ones)."""
 
 from __future__ import annotations
 
 import re
+from collections.abc import Iterator
 from importlib import resources
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -25,10 +31,27 @@ FROM pg_constraint WHERE connamespace = %s::regnamespace ORDER BY 1, 2
 """
 INDEXES = "SELECT indexname, indexdef FROM pg_indexes WHERE schemaname = %s ORDER BY 1"
 FUNCTIONS = """
-SELECT proname, pg_get_function_identity_arguments(oid), prosecdef, proconfig, prosrc,
-       proacl
-FROM pg_proc WHERE pronamespace = %s::regnamespace ORDER BY 1
+SELECT proname, pg_get_function_identity_arguments(oid), pg_get_functiondef(oid), proacl
+FROM pg_proc WHERE pronamespace = %s::regnamespace ORDER BY 1, 2
 """
+# Relations (tables, indexes, sequences) and their privileges, and their columns'.
+RELATIONS = """
+SELECT c.relname, c.relkind, c.relacl::text, c.reloptions,
+       array_agg(a.attname || ' ' || coalesce(a.attacl::text, '') ORDER BY a.attname)
+FROM pg_class c LEFT JOIN pg_attribute a ON a.attrelid = c.oid AND a.attnum > 0
+                                          AND NOT a.attisdropped
+WHERE c.relnamespace = %s::regnamespace GROUP BY 1, 2, 3, 4 ORDER BY 1
+"""
+
+# The DDL of each earlier version as released, frozen: vN.sql upgraded N-1 to N.
+RELEASED = Path(__file__).with_name("schemas")
+
+
+def as_released(name: str, version: int) -> sql.Composed:
+    """The DDL with which pglock of `version` created a new schema."""
+    return sql.Composed([schema.query((RELEASED / f"v{n}.sql").read_text(), name)
+                         for n in range(1, version + 1)])
+
 
 # What a pglock of version 3 sends to renew and release its lock: a holder that started
 # before the upgrade goes on with these, straight on the tables, as the owner's role.
@@ -52,7 +75,7 @@ RETURNING released_at
 def shape(env: Env, name: str) -> list[Any]:
     with psycopg.connect(env.dsn, autocommit=True) as conn:
         found: list[Any] = []
-        for text in (COLUMNS, CONSTRAINTS, INDEXES, FUNCTIONS):
+        for text in (COLUMNS, CONSTRAINTS, INDEXES, FUNCTIONS, RELATIONS):
             rows = conn.execute(text, (name,)).fetchall()
             # Index and constraint text names the schema; compare them without it.
             found += [tuple(str(v).replace(f'"{name}".', "").replace(f"{name}.", "")
@@ -69,10 +92,30 @@ def test_version_is_the_newest_migration() -> None:
         assert re.search(rf"SET value = '{number}' WHERE key = 'version'", text), number
 
 
+def test_functions_are_written_once() -> None:
+    """Migrations change tables (and drop a function whose signature changes): every
+    function is created in sql/functions.sql, once, and no migration sets its body."""
+    folder = resources.files("pglock.db").joinpath("sql")
+    tables = [folder.joinpath("schema.sql").read_text()] + [text for _, text in
+                                                             schema.migrations()]
+    assert not any(re.search(r"CREATE (OR REPLACE )?FUNCTION", text) for text in tables)
+    names = re.findall(r"CREATE OR REPLACE FUNCTION \{schema\}\.(\w+)\(",
+                       folder.joinpath("functions.sql").read_text())
+    assert len(names) == len(set(names)), names
+
+
+def test_every_earlier_version_is_frozen_as_released() -> None:
+    """Upgrades are tested from what exists in the field: when version N comes, the DDL of
+    N-1 as released joins schemas/ (a copy from git, never edited)."""
+    frozen = sorted(int(f.stem[1:]) for f in RELEASED.glob("v*.sql"))
+    assert frozen[:schema.VERSION - 1] == list(range(1, schema.VERSION))
+    assert frozen == list(range(1, len(frozen) + 1))
+
+
 @pytest.mark.parametrize("old", range(1, schema.VERSION))
 def test_every_earlier_version_upgrades_in_place(env: Env, old: int) -> None:
     with psycopg.connect(env.dsn, autocommit=True) as conn:
-        conn.execute(schema.ddl(env.schema, upto=old))
+        conn.execute(as_released(env.schema, old))
         conn.execute(sql.SQL(
             "INSERT INTO {}.runs (job, mode, holder, holder_pid, command, started_at, outcome) "
             "VALUES ('kept', 'lease', 'h', 1, 'true', now(), 'succeeded')").format(
@@ -105,23 +148,44 @@ def test_every_earlier_version_upgrades_in_place(env: Env, old: int) -> None:
     assert env.query("SELECT fencing_token FROM {schema}.locks WHERE job = 'held'") == [(8,)]
 
 
-def test_an_upgraded_schema_is_a_new_one(env: Env) -> None:
-    fresh = env.schema + "_new"
+@pytest.fixture
+def fresh(env: Env) -> Iterator[str]:
+    """A second schema beside the test's, created new by this pglock."""
+    name = env.schema + "_new"
     with psycopg.connect(env.dsn, autocommit=True) as conn:
-        conn.execute(schema.ddl(env.schema, upto=1))
+        conn.execute(schema.ddl(name))
+    yield name
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(name)))
+
+
+@pytest.mark.parametrize("old", range(1, schema.VERSION))
+def test_an_upgraded_schema_is_a_new_one(env: Env, fresh: str, old: int) -> None:
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(as_released(env.schema, old))
         schema.ensure(conn, env.schema)
-        conn.execute(schema.ddl(fresh))
-    try:
-        upgraded, new = shape(env, env.schema), shape(env, fresh)
-        assert upgraded == [tuple(str(v).replace(fresh, env.schema) for v in r) for r in new]
-    finally:
-        with psycopg.connect(env.dsn, autocommit=True) as conn:
-            conn.execute(sql.SQL("DROP SCHEMA {} CASCADE").format(sql.Identifier(fresh)))
+    assert_same(env, env.schema, fresh)
+
+
+def test_a_new_schema_is_the_released_one(env: Env, fresh: str) -> None:
+    """A new schema of a version that was released is the one its release created, to each
+    function's body and grant: the files may be reorganised, a released version not
+    changed (a change to a function is a new version)."""
+    if not (RELEASED / f"v{schema.VERSION}.sql").exists():
+        pytest.skip(f"version {schema.VERSION} is not frozen yet (not released)")
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(as_released(env.schema, schema.VERSION))
+    assert_same(env, env.schema, fresh)
+
+
+def assert_same(env: Env, name: str, fresh: str) -> None:
+    found, new = shape(env, name), shape(env, fresh)
+    assert found == [tuple(str(v).replace(fresh, name) for v in r) for r in new]
 
 
 def test_reports_upgrade_an_older_schema(env: Env) -> None:
     with psycopg.connect(env.dsn, autocommit=True) as conn:
-        conn.execute(schema.ddl(env.schema, upto=1))
+        conn.execute(as_released(env.schema, 1))
     result = env.run("status", "--json")
     assert (result.returncode, result.stderr) == (0, ""), result
     assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [
@@ -131,7 +195,7 @@ def test_reports_upgrade_an_older_schema(env: Env) -> None:
 def test_a_version_2_database_with_scheduled_runs_upgrades(env: Env) -> None:
     """Slots that ran before version 3 are done (one run each); attempts start at 1 after."""
     with psycopg.connect(env.dsn, autocommit=True) as conn:
-        conn.execute(schema.ddl(env.schema, upto=2))
+        conn.execute(as_released(env.schema, 2))
         conn.execute(schema.query(
             "INSERT INTO {schema}.runs (job, slot, mode, holder, holder_pid, command, "
             "started_at, outcome) VALUES "
@@ -173,7 +237,7 @@ def test_a_run_started_under_version_4_ends_after_the_seats_came(env: Env) -> No
     signature), and a semaphore of the same name waits for it."""
     claim = lease.Claim(job="old", schema=env.schema, ttl=60)
     with psycopg.connect(env.dsn, autocommit=True) as conn:
-        conn.execute(schema.ddl(env.schema, upto=4))
+        conn.execute(as_released(env.schema, 4))
         row = conn.execute(schema.query(V4_ACQUIRE, env.schema), claim.params()).fetchone()
         assert row is not None
         claim.fencing_token, run_id = row

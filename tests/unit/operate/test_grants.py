@@ -1,5 +1,5 @@
 """The SQL of `pglock init --print-grants`: what each role is granted, and that the run
-path's functions it names are the ones the migration creates and revokes from PUBLIC."""
+path's functions it names are the ones sql/functions.sql creates and revokes from PUBLIC."""
 
 from __future__ import annotations
 
@@ -9,26 +9,33 @@ from importlib import resources
 from pglock.operate import roles
 
 
-def _migrations() -> str:
-    folder = resources.files("pglock.db").joinpath("sql/migrations")
-    return "".join(f.read_text() for f in sorted(folder.iterdir(), key=lambda f: f.name)
-                   if f.name.endswith(".sql") and f.name >= "004")
+def _functions() -> str:
+    return resources.files("pglock.db").joinpath("sql/functions.sql").read_text()
 
 
 def _signatures(text: str) -> set[str]:
     return {re.sub(r"\s+", " ", s) for s in re.findall(r"\{schema\}\.(\w+\([^)]*\))", text)}
 
 
+def _created() -> set[str]:
+    """The signatures (argument types) of the functions the file creates."""
+    found = re.findall(r"CREATE OR REPLACE FUNCTION \{schema\}\.(\w+)\(([^)]*)\)", _functions())
+    return {f"{name}({', '.join(p.split(None, 1)[1] for p in params.split(','))})"
+            for name, params in found}
+
+
 def _revoked() -> set[str]:
-    """What the migrations revoke from PUBLIC and have not dropped since."""
-    text = _migrations()
+    """What the file revokes from PUBLIC."""
     revokes = [part.split("FROM PUBLIC", 1)[0]
-               for part in text.split("REVOKE ALL ON FUNCTION")[1:]]
-    dropped = _signatures("".join(re.findall(r"DROP FUNCTION [^;]*;", text)))
-    return set().union(*map(_signatures, revokes)) - dropped
+               for part in _functions().split("REVOKE ALL ON FUNCTION")[1:]]
+    return set().union(*map(_signatures, revokes))
 
 
-def test_the_runner_gets_the_functions_the_migration_revokes_from_public() -> None:
+def test_every_function_is_revoked_from_public() -> None:
+    assert _revoked() == _created()
+
+
+def test_the_runner_gets_the_functions_revoked_from_public() -> None:
     revoked = _revoked()
     assert set(roles.RUN_FUNCTIONS) <= revoked
     # The helpers the functions use are nobody's to call.
