@@ -411,8 +411,15 @@ def bench_dislock(tmp: Path, conninfo: str, runs: int) -> None:
         if done.returncode != 0:
             raise BenchError(f"dislock could not be installed: {done.stderr.strip()[-200:]}")
         compileall.compile_dir(str(venv / "lib"), quiet=1)
+    # dislock's table, as its README gives it, in our schema.
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        conn.execute(sql.SQL("CREATE SCHEMA IF NOT EXISTS {}").format(sql.Identifier(SCHEMA)))
+        conn.execute(sql.SQL("CREATE TABLE IF NOT EXISTS {}.key_value (key text PRIMARY KEY, "
+                             "value text NOT NULL, expire_at timestamptz NOT NULL)").format(
+                                 sql.Identifier(SCHEMA)))
     env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA, DL_URL=conninfo,
-                        LOCK_STRATEGY="lease", LOCK_NAME="bench-dislock")
+                        LOCK_STRATEGY="lease", LOCK_KEY="bench-dislock",
+                        LOCK_TABLE=f"{SCHEMA}.key_value")
     pair = ([PGLOCK, "run", "--job", "x", "--min-hold", "0", "--", "true"],
             [str(dislock), "DL_URL", "true"])
     for argv in pair * 2:

@@ -142,7 +142,7 @@ def _plain(value: object) -> object:
 
 
 def run_flags(command: _click.Command) -> str:
-    """pglock/run_flags.py: run's options as typer declares them, for runline.py."""
+    """pglock/run/flags.py: run's options as typer declares them, for cli/runline.py."""
     flags: dict[str, tuple[str, str | bool]] = {}
     kinds: dict[str, str | bool] = {}
     environment: dict[str, str] = {}
@@ -171,7 +171,7 @@ def run_flags(command: _click.Command) -> str:
         defaults[param.name] = param.default
         if param.callback is not None:
             callbacks.append(param.name)
-    lines = ['"""`pglock run`\'s options as typer declares them (cli.run), read by runline.py:',
+    lines = ['"""`pglock run`\'s options as typer declares them (cli.run), read by cli/runline.py:',
              f'{HEADER}."""', "", "from typing import Any", "",
              "# Each option's spelling: (parameter, kind): 'text' or 'int' take a value (next",
              "# argument or =VALUE); True or False, a flag setting its parameter so.",

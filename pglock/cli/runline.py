@@ -11,6 +11,7 @@ environment it would have to interpret, a shell's completion request) goes to ty
 
 from __future__ import annotations
 
+import gc
 import os
 import re
 import sys
@@ -32,10 +33,15 @@ def main(argv: list[str] | None = None) -> int:
     args = sys.argv[1:] if argv is None else argv
     parsed = None
     if args[:1] == ["run"] and not os.environ.get("_PGLOCK_COMPLETE"):
+        if argv is None:
+            # A cron run's own work is mostly imports, which allocate without making
+            # garbage: the collector waits until the command is forked (Slot.supervised).
+            gc.disable()
         parsed = parse(args[1:], os.environ)
     if parsed is None:
         from pglock.cli import app as cli
 
+        gc.enable()
         return cli.main(argv)
     values, from_environment = parsed
     given = _options(args[1:])

@@ -27,14 +27,14 @@ from pglock.db.schema import query
 from pglock.errors import DatabaseError, SchemaError
 from pglock.lock import ledger
 
-# Each step is one call of a function of the schema (sql/migrations/004_roles.sql): one
+# Each step is one call of a function of the schema (db/sql/functions.sql): one
 # statement, one round trip, and, being SECURITY DEFINER, the only way a runner role
 # writes the lock (docs/security.md). The functions set synchronous_commit = on for their
 # own transaction: a role or database default of off/local must not make an acknowledged
 # lock losable in a failover.
 
 # Takes the lock by the rules of docs/lease.md (with a limit above 1, the lowest free seat
-# of the job's semaphore: sql/migrations/005_seats.sql) and, when taken, records the run as
+# of the job's semaphore: its seats table came in sql/migrations/005_seats.sql) and, when taken, records the run as
 # started (with `start`); the schema's version is checked in the same statement.
 ACQUIRE = """
 SELECT * FROM {schema}.acquire(

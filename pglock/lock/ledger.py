@@ -41,7 +41,7 @@ class Outcome(enum.StrEnum):
     STOPPED = "stopped"
 
 
-# Each write is one call of a function of the schema (sql/migrations/004_roles.sql),
+# Each write is one call of a function of the schema (db/sql/functions.sql),
 # SECURITY DEFINER: a run row is written only under a lock the caller holds, and finished
 # or noted only by the claim that started it (see lease.py).
 

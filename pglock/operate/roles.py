@@ -28,7 +28,7 @@ SEAT_COLUMNS = ("job, seat, seat_limit, mode, holder, holder_pid, fencing_token,
                 "acquired_at, renewed_at, expires_at, released_at, cleared_at, cleared_by, "
                 "stop_requested_at, stop_requested_by, stop_reason")
 
-# The run path's functions (sql/migrations/004_roles.sql, 005_seats.sql), by signature.
+# The run path's functions (db/sql/functions.sql), by signature.
 RUN_FUNCTIONS = (
     "acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint, "
     "boolean, text, text, text, timestamptz, interval, integer, integer, integer)",

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import gc
 import logging
 import os
 import random
@@ -20,21 +21,21 @@ import psycopg
 from pglock.db import database
 from pglock.db.database import Reconnecting
 from pglock.errors import ExitStatus, Interrupted, PglockError
-from pglock.lock import advisory, clock, lease, ledger
+from pglock.lock import clock, lease, ledger
 from pglock.lock.heartbeat import Heartbeat
 from pglock.lock.ledger import Outcome, RunResult
-from pglock.run import keeping, output, retry
-from pglock.run.child import CannotStart, Child
-from pglock.run.environment import command_environment
+from pglock.run import output
 from pglock.run.notify import Notifier
 from pglock.run.options import RunOptions
-from pglock.run.record import add_note, record_end, unrecorded
 from pglock.run.supervise import SignalGate, Supervision
-from pglock.run.watchdog import Watchdog
 from pglock.settings.config import shown
 
+# A host that loses the race imports nothing of the way out: the command, its keepers
+# and the record of its end are imported by the steps that use them.
 if TYPE_CHECKING:
+    from pglock.run.child import CannotStart, Child
     from pglock.run.reentrant import Inherited
+    from pglock.run.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
 
@@ -115,10 +116,14 @@ class Slot:
         """The slot's session (not connected yet), claim and notifier."""
         # tcp_user_timeout on the holder's session: a check must fail fast on a vanished
         # server.
+        user_timeout = None
+        if options.mode == "advisory":
+            from pglock.lock.advisory import CHECK_INTERVAL
+
+            user_timeout = 2 * CHECK_INTERVAL
         session = Reconnecting(
             conninfo, application_name=f"pglock run {options.job} on {options.holder}",
-            timeout=options.connect_timeout,
-            user_timeout=2 * advisory.CHECK_INTERVAL if options.mode == "advisory" else None)
+            timeout=options.connect_timeout, user_timeout=user_timeout)
         claim = lease.Claim(job=options.job, schema=options.schema, ttl=options.ttl,
                             mode=options.mode, holder=options.holder,
                             slot=None if scheduled is None else scheduled.slot,
@@ -187,6 +192,8 @@ class Slot:
             self.gate.block()
         try:
             if self.claim.mode == "advisory":
+                from pglock.lock import advisory
+
                 return advisory.try_acquire(self.session, conn, self.claim, start)
             return lease.try_acquire(conn, self.claim, start)
         finally:
@@ -221,6 +228,8 @@ class Slot:
                 raise done.cannot_start
             if done.kept_at is None:
                 break
+            from pglock.run import retry
+
             wait = retry.delay(self.options.retry_delay, done.run.attempt)
             self.notifier.emit("retry", warning=True, attempt=done.run.attempt,
                                attempts=done.run.attempt_limit, outcome=str(done.result.outcome),
@@ -235,6 +244,8 @@ class Slot:
     def attempt(self, number: int) -> Attempted | None:
         """Start, supervise and record one attempt; None: the slot was done before it
         started. The lock is kept (renewed) when another attempt may follow, else released."""
+        from pglock.run.child import CannotStart
+
         capture = None
         if output.should_capture(self.options.output_tail, self.options.output_on_failure):
             capture = output.Capture(self.options.output_tail, self.options.output_on_failure)
@@ -261,6 +272,9 @@ class Slot:
         # Signals wait from the start record to the fork: a run recorded as started always
         # has a command to forward them to. The first attempt's start was recorded by the
         # acquire statement, since when they have been held back (acquire's `start`).
+        from pglock.run.child import CannotStart, Child
+        from pglock.run.environment import command_environment
+
         with self.gate.blocked():
             run = self.claim.run
             self.claim.run = None
@@ -299,7 +313,13 @@ class Slot:
     def supervised(self, run: ledger.StartedRun, child: Child,
                    capture: output.Capture | None) -> Attempted:
         """The command kept under the lock to its end, and the attempt recorded."""
+        from pglock.run import keeping
+
         heartbeat, watchdog = self.keepers(child)
+        # What start-up built lives as long as pglock: the collector leaves it alone
+        # from now on (runline.main held the collector off until here).
+        gc.freeze()
+        gc.enable()
         # After the watchdog's fork: the start ping has a thread of its own.
         self.notifier.started(run.id, self.options.command[0])
         supervision = Supervision(child, heartbeat, self.gate,
@@ -327,6 +347,9 @@ class Slot:
 
     def keepers(self, child: Child) -> tuple[Heartbeat, Watchdog | None]:
         """The renewal thread, and (with --on-lost kill) the watchdog process beside it."""
+        from pglock.run import keeping
+        from pglock.run.watchdog import Watchdog
+
         watchdog: Watchdog | None = None
 
         def renewed(lost_at: float) -> None:
@@ -346,6 +369,8 @@ class Slot:
 
     def ended(self, run: ledger.StartedRun, result: RunResult, code: int) -> Attempted:
         """A supervised attempt recorded, and what went wrong said in one line."""
+        from pglock.run.record import unrecorded
+
         lost_running = result.outcome is Outcome.LOCK_LOST
         ended, failure = self.finish(run, result, say=False, code=code)
         result = ended.result
@@ -370,6 +395,8 @@ class Slot:
         may follow (a failure or timeout with attempts left); tell the event log. With
         `say`, a failure to record is said here. The attempt, and why its end was not
         recorded."""
+        from pglock.run.record import record_end, unrecorded
+
         keep = retry and result.retryable and run.attempt < run.attempt_limit
         recorded = record_end(self.session, self.claim, run.id, result, keep=keep)
         if keep and recorded.kept_at is None and recorded.failure is not None:
@@ -389,6 +416,8 @@ class Slot:
         """Hold the lock through the wait before the next attempt (keeping.hold_through);
         why it ended early ('signal', 'stop', 'lost'; None: it did not). `sent` becomes the
         last renewal's: the next attempt's heartbeat counts from it."""
+        from pglock.run import keeping
+
         renewer = keeping.renewer(self.session, self.claim)
         try:
             why, self.sent = keeping.hold_through(renewer, self.gate, self.options.kill_after,
@@ -423,6 +452,9 @@ class Slot:
     def after(self, last: Attempted) -> None:
         """The slot's end, once, with its last attempt: hooks and the final ping (on-failure
         fires once however many attempts failed); what they came to noted on its row."""
+        from pglock.run.environment import command_environment
+        from pglock.run.record import add_note
+
         newest = last.finished is not None and last.finished.newest
         env = command_environment(self.options, self.claim, last.run.id, last.run.attempt)
         note = self.notifier.after_run(last.result, self.before if newest else None, env)
