@@ -34,8 +34,8 @@ from pglock.lock import ledger
 # lock losable in a failover.
 
 # Takes the lock by the rules of docs/lease.md (with a limit above 1, the lowest free seat
-# of the job's semaphore: its seats table came in sql/migrations/005_seats.sql) and, when taken, records the run as
-# started (with `start`); the schema's version is checked in the same statement.
+# of the job's semaphore) and, when taken, records the run as started (with `start`);
+# the schema's version is checked in the same statement.
 ACQUIRE = """
 SELECT * FROM {schema}.acquire(
     %(version)s, %(job)s, %(mode)s, %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s,
