@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import os
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 HIDDEN = "***"
 
@@ -35,8 +35,7 @@ def _hide_userinfo(match: re.Match[str]) -> str:
     return match.group("scheme") + user + (":" + HIDDEN if colon else "") + "@"
 
 
-@dataclass(frozen=True)
-class Place:
+class Place(NamedTuple):
     """Where a DSN points, from fields that cannot carry a password."""
 
     host: str

@@ -85,7 +85,7 @@ POOLED = ("advisory mode needs a session of its own, and this connection is pool
           "session pooling, or use --mode lease")
 
 
-@dataclass
+@dataclass(eq=False)
 class Claim:
     """One process's claim on one job."""
 

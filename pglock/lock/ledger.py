@@ -2,11 +2,9 @@
 
 from __future__ import annotations
 
-import dataclasses
 import enum
-from dataclasses import dataclass
 from datetime import datetime, timedelta
-from typing import Any, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import psycopg
 
@@ -66,8 +64,7 @@ SELECT * FROM {schema}.finish(
 NOTE = "SELECT {schema}.note(%(run_id)s, %(holder_id)s, %(note)s)"
 
 
-@dataclass(frozen=True)
-class StartedRun:
+class StartedRun(NamedTuple):
     """The row written before the command starts."""
 
     id: int
@@ -78,8 +75,7 @@ class StartedRun:
     attempt_limit: int = 1
 
 
-@dataclass(frozen=True)
-class RunResult:
+class RunResult(NamedTuple):
     """How a run ended, as recorded."""
 
     outcome: Outcome
@@ -109,8 +105,8 @@ class RunResult:
         release (a run that lost its lock while running is already lock_lost)."""
         if self.outcome is Outcome.LOCK_LOST:
             return self
-        return dataclasses.replace(
-            self, outcome=Outcome.LOCK_LOST,
+        return self._replace(
+            outcome=Outcome.LOCK_LOST,
             error="lock lost: it was cleared or taken over before the command ended")
 
     @property
@@ -131,8 +127,7 @@ class RunResult:
         return self.outcome is Outcome.STOPPED or self.hopeless
 
 
-@dataclass(frozen=True)
-class Scheduled:
+class Scheduled(NamedTuple):
     """What a scheduled run records about its schedule."""
 
     schedule: str
@@ -142,8 +137,7 @@ class Scheduled:
     grace: float
 
 
-@dataclass(frozen=True)
-class RunStart:
+class RunStart(NamedTuple):
     """What a run's start record says, beyond its claim."""
 
     command: str
@@ -179,8 +173,7 @@ def start(conn: psycopg.Connection[Any], claim: Claim, run: RunStart) -> Started
     return StartedRun(id=row[0], started_at=row[1], attempt=row[2], attempt_limit=row[3])
 
 
-@dataclass(frozen=True)
-class Finished:
+class Finished(NamedTuple):
     """What recording a run's end (and letting its lock go) came to."""
 
     # The job's last outcome before this run's (None: no run of it had finished).

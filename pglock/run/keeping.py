@@ -3,7 +3,6 @@ lock renewed, and the lock held through the backoff between two attempts."""
 
 from __future__ import annotations
 
-import dataclasses
 import os
 import select
 
@@ -37,13 +36,13 @@ def supervise(supervision: Supervision, capture: output.Capture | None,
         result, code = supervision.result(supervision.wait())
         if capture is not None:
             # Still renewing: helpers the command left behind may be finishing their output.
-            result = dataclasses.replace(result, output_tail=capture.finish())
+            result = result._replace(output_tail=capture.finish())
     finally:
         if not supervision.heartbeat.stop():
             session.abandon()
     if watchdog is not None and watchdog.stand_down() and result.outcome is not Outcome.LOCK_LOST:
-        result = dataclasses.replace(
-            result, outcome=Outcome.LOCK_LOST,
+        result = result._replace(
+            outcome=Outcome.LOCK_LOST,
             error="lock lost: pglock was stopped past the lock's deadline, and its watchdog "
                   "stopped the command")
         code = ExitStatus.INTERNAL

@@ -18,8 +18,7 @@ from __future__ import annotations
 import logging
 import threading
 from collections.abc import Callable
-from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pglock.errors import UsageError
 from pglock.lock import clock
@@ -39,8 +38,7 @@ NOT_SUCCEEDED = frozenset({Outcome.FAILED, Outcome.TIMED_OUT, Outcome.LOCK_LOST,
                            Outcome.KILLED, Outcome.ABANDONED})
 
 
-@dataclass(frozen=True)
-class NotifyOptions:
+class NotifyOptions(NamedTuple):
     """The run options that tell people: hooks, ping URL, event log."""
 
     on_failure: str | None = None

@@ -32,7 +32,7 @@ from pglock.settings.durations import (
 DEFAULT_HOLD = 20.0
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, eq=False)
 class RunOptions:
     """Everything `pglock run` was asked to do."""
 

@@ -8,7 +8,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from typing import NamedTuple
 
 import psycopg
 
@@ -21,8 +21,7 @@ from pglock.lock.ledger import Outcome, RunResult
 log = logging.getLogger(__name__)
 
 
-@dataclass(frozen=True)
-class Recorded:
+class Recorded(NamedTuple):
     """What writing a run's end came to."""
 
     # The result as recorded (lock_lost when the release found the lock no longer ours).

@@ -16,7 +16,7 @@ import logging
 import signal
 import subprocess
 from collections.abc import Iterator, Mapping, Sequence
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pglock.db import database
 from pglock.errors import ExitStatus, UsageError
@@ -37,8 +37,7 @@ _FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT, sign
               signal.SIGUSR2)
 
 
-@dataclass(frozen=True)
-class Inherited:
+class Inherited(NamedTuple):
     """The claim a command's environment says its run holds."""
 
     holder_id: str

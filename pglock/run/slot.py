@@ -5,7 +5,6 @@ once (hooks, the final ping). The lease itself: lock/lease.py."""
 from __future__ import annotations
 
 import contextlib
-import dataclasses
 import gc
 import logging
 import os
@@ -14,7 +13,7 @@ import signal
 import time
 from dataclasses import dataclass
 from datetime import UTC, datetime
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, NamedTuple
 
 import psycopg
 
@@ -80,8 +79,7 @@ def plan_slot(options: RunOptions) -> tuple[ledger.Scheduled | None, float]:
     return scheduled, started + options.deadline - (wall - info.slot).total_seconds()
 
 
-@dataclass(frozen=True)
-class Attempted:
+class Attempted(NamedTuple):
     """One attempt, ended and recorded."""
 
     run: ledger.StartedRun
@@ -94,7 +92,7 @@ class Attempted:
     cannot_start: CannotStart | None = None
 
 
-@dataclass
+@dataclass(eq=False)
 class Slot:
     """One trigger of a job on this host: what its attempts share, and its steps."""
 
@@ -258,7 +256,7 @@ class Slot:
         if isinstance(child, CannotStart):
             result = RunResult(Outcome.FAILED, int(child.exit_status), 0.0, error=str(child))
             ended, _ = self.finish(run, result)
-            return dataclasses.replace(ended, cannot_start=child)
+            return ended._replace(cannot_start=child)
         return self.supervised(run, child, capture)
 
     def start(self, capture: output.Capture | None = None, attempt: int = 1,
@@ -381,7 +379,7 @@ class Slot:
             said.append(f"{result.error}; the command was {action}")
         elif result.outcome is Outcome.LOCK_LOST:
             said.append(f"{result.error} (found when releasing it)")
-            ended = dataclasses.replace(ended, code=ExitStatus.INTERNAL)
+            ended = ended._replace(code=ExitStatus.INTERNAL)
         if failure is not None:
             said.append(unrecorded(run.id, failure))
         if said:

@@ -89,7 +89,7 @@ class SignalGate:
             signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
 
 
-@dataclass
+@dataclass(eq=False)
 class Supervision:
     """Wait for the command while watching the lock's local deadline and --max-runtime."""
 

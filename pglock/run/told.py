@@ -3,11 +3,10 @@ it failed."""
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Told:
+class Told(NamedTuple):
     """One hook or ping and what it came to."""
 
     what: str

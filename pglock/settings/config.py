@@ -4,8 +4,8 @@ from __future__ import annotations
 
 import os
 import unicodedata
-from dataclasses import dataclass
 from pathlib import Path
+from typing import NamedTuple
 
 from pglock.errors import ConfigError, UsageError
 
@@ -19,8 +19,7 @@ CONFIG_KEYS: dict[str, type] = {"dsn": str, "schema": str, "embedded": bool,
                                  "embedded_linger": str, "jobs": dict}
 
 
-@dataclass(frozen=True)
-class Target:
+class Target(NamedTuple):
     """The database to use; conninfo None means the embedded server."""
 
     conninfo: str | None

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import math
 import re
-from dataclasses import dataclass
+from typing import NamedTuple
 
 from pglock.errors import UsageError
 
@@ -19,8 +19,7 @@ _SIZE_UNITS = {"": 1, "b": 1, "k": 1024, "kb": 1000, "kib": 1024,
 MINUTE, HOUR, DAY = 60.0, 3600.0, 86400.0
 
 
-@dataclass(frozen=True)
-class Bounds:
+class Bounds(NamedTuple):
     """The values an option accepts, both ends included unless `above` (more than `low`)."""
 
     low: float
