@@ -384,6 +384,13 @@ def bench_run(stack: contextlib.ExitStack, conninfo: str, floor: Path, runs: int
         timed(argv, env)
     pg, fl = interleaved("run true", *win, env, runs, expected=0)
     report("run true", pg, fl, limit=RUN_BUDGET)
+    # pglock holds the garbage collector off until its command is forked (runline.main);
+    # the same floor with the collector off shows what that alone is worth.
+    quiet_floor = floor.with_name("floor_nogc.py")
+    quiet_floor.write_text("import gc\ngc.disable()\n" + floor.read_text())
+    pg, fl = interleaved("run true (gc off)", win[0], [PYTHON, str(quiet_floor), "x", "true"],
+                         env, runs, expected=0)
+    report("run true (gc off)", pg, fl, note="floor with its collector off too: no target")
 
     holder = subprocess.Popen([PGLOCK, "run", "--job", "held", "--", "sleep", "600"], env=env,
                               stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL)
