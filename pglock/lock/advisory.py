@@ -46,6 +46,12 @@ CHECK = f"""
 SELECT pg_backend_pid(), array(SELECT pid FROM ({_HOLDERS}) AS h)
 """
 
+def horizon(ttl: float) -> float:
+    """How long after a confirmed check the session lock is certainly still ours: the ttl,
+    or sooner the moment the server drops a silent holder."""
+    return min(ttl, server_drop_bound(ttl)[1])
+
+
 def server_drop_bound(ttl: float) -> tuple[int, int]:
     """(keepalive idle, total): the server drops a silent holder `total` s after its last word.
 
@@ -101,7 +107,7 @@ class AdvisoryRenewer:
     def __init__(self, claim: lease.Claim, session: Session) -> None:
         self.claim = claim
         self.interval = min(CHECK_INTERVAL, claim.ttl / 3)
-        self.horizon = min(claim.ttl, server_drop_bound(claim.ttl)[1])
+        self.horizon = horizon(claim.ttl)
         self._session = session
         self._reason = "the lock was taken over or cleared"
         self._retake = False

@@ -19,16 +19,26 @@ from pglock.lock import clock, lease
 
 # A renewal that fails is retried at this pace until the local deadline.
 RETRY_INTERVAL = 1.0
+# The smallest margin any lock keeps.
+MIN_MARGIN = 1.0
 
 
 def margin(ttl: float) -> float:
     """Allowance for scheduling stalls and clock-rate error."""
-    return max(1.0, ttl / 10)
+    return max(MIN_MARGIN, ttl / 10)
 
 
 def grace(ttl: float, kill_after: float) -> float:
     """Time between SIGTERM and SIGKILL when the lock is lost."""
     return min(kill_after, ttl / 4)
+
+
+def start_deadline(confirmed_at: float, horizon: float) -> float:
+    """The last stopwatch time a command may be forked under a lock that a statement sent
+    at `confirmed_at` (the acquire, or a renewal) confirmed: past it, the lock may expire
+    before the command has its heartbeat and watchdog, so it is not started at all. The
+    margin is the heartbeat's own, for stalls and clock-rate error."""
+    return confirmed_at + horizon - margin(horizon)
 
 
 def check_ttl(ttl: float, kill_after: float) -> None:

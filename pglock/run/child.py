@@ -21,6 +21,7 @@ import sys
 from collections.abc import Callable, Mapping, Sequence
 
 from pglock.errors import ExitStatus, PglockError
+from pglock.lock import clock
 from pglock.settings.config import shown
 
 # Signals an operator may send pglock; they go on to the command.
@@ -38,6 +39,11 @@ class CannotStart(PglockError):
     def __init__(self, message: str, exit_status: ExitStatus) -> None:
         super().__init__(message)
         self.exit_status = exit_status
+
+
+class LateStart(PglockError):
+    """The lock's local deadline passed before the command could be forked: it is not
+    started, and the attempt is recorded lock_lost (125)."""
 
 
 def death_with_parent() -> Callable[[], None] | None:
@@ -138,20 +144,28 @@ class Child:
 
     @classmethod
     def spawn(cls, argv: Sequence[str], env: Mapping[str, str],
-              outputs: tuple[int, int] | None = None, *, reap: bool = False) -> Child:
+              outputs: tuple[int, int] | None = None, *, reap: bool = False,
+              start_by: float = float("inf")) -> Child:
         """Start the command (output into `outputs`, else ours); CannotStart says why not.
 
         With `reap`, what the command leaves running stays ours to wait for and stop.
+        Past `start_by` on the stopwatch, checked after every preparation and immediately
+        before the fork, nothing is forked: LateStart.
         """
         stdout, stderr = outputs or (None, None)
         if not argv or not argv[0]:
             # execvp("") fails with EACCES on some systems: still a command not found.
             raise CannotStart("command not found: ''", ExitStatus.NOT_FOUND)
         reaping = reap and become_subreaper()
+        setup = _child_setup(os.getpid())
+        environment = dict(env)
+        late = clock.now() - start_by
+        if late >= 0:
+            raise LateStart(f"not started: the lock's deadline to start the command passed "
+                            f"{late:.1f}s before it could be forked (pglock was held up)")
         try:
-            process = subprocess.Popen(list(argv), env=dict(env), process_group=0,
-                                       stdout=stdout, stderr=stderr,
-                                       preexec_fn=_child_setup(os.getpid()))
+            process = subprocess.Popen(list(argv), env=environment, process_group=0,
+                                       stdout=stdout, stderr=stderr, preexec_fn=setup)
         except FileNotFoundError:
             raise CannotStart(f"command not found: {shown(argv[0])}",
                               ExitStatus.NOT_FOUND) from None

@@ -15,6 +15,7 @@ from __future__ import annotations
 import json
 import logging
 import os
+import select
 import socket
 import threading
 import time
@@ -24,6 +25,11 @@ from typing import Any
 log = logging.getLogger(__name__)
 
 SYSLOG_SOCKET = "/dev/log"
+# How long one event may wait for a receiver that is not reading (a full syslog socket, a
+# FIFO whose reader stalled): past it, the run's further events are dropped, said once.
+# An event is written between the acquire and the command's fork, where a stall would
+# eat the lock's time (docs/lease.md, "Never outside the lock").
+EVENT_WAIT = 0.5
 # Facility user (1); severities info (6) and warning (4).
 _INFO, _WARNING = 1 * 8 + 6, 1 * 8 + 4
 
@@ -48,16 +54,19 @@ class EventLog:
         self.fd: int | None = None
         self.sock: socket.socket | None = None
         self.socket_path: str | None = None
+        # Set when the receiver stopped taking events: the rest are dropped.
+        self.stuck = False
         # Pings report from threads of their own.
         self.lock = threading.Lock()
         try:
             if target == "syslog" or target.startswith("syslog:"):
                 self.socket_path = target.removeprefix("syslog").removeprefix(":") or SYSLOG_SOCKET
-                self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-                self.sock.connect(self.socket_path)
+                self.sock = self._connect()
             else:
-                self.fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC,
-                                  0o644)
+                # Non-blocking: a FIFO with no reader fails to open (ENXIO) instead of
+                # waiting for one, and a full one refuses a write instead of blocking.
+                self.fd = os.open(target, os.O_WRONLY | os.O_APPEND | os.O_CREAT | os.O_CLOEXEC
+                                  | os.O_NONBLOCK, 0o644)
         except OSError as error:
             log.warning("--event-log %s cannot be opened (%s); events are not logged",
                         target, error.strerror or error)
@@ -70,17 +79,44 @@ class EventLog:
                   **self.context, **fields}
         record = {k: v for k, v in record.items() if v is not None}
         line = json.dumps(record, default=_plain, ensure_ascii=False, separators=(",", ":"))
+        if self.stuck:
+            return
         try:
             if self.fd is not None:
-                data = (line + "\n").encode()
-                written = os.write(self.fd, data)
-                if written != len(data):
-                    raise OSError(f"short write ({written} of {len(data)} bytes)")
+                self._write((line + "\n").encode())
             elif self.sock is not None:
                 with self.lock:
                     self._send(line, warning)
+        except (BlockingIOError, TimeoutError):
+            self.stuck = True
+            log.warning("--event-log %s takes no events (waited %gs); the rest of this run's "
+                        "events are not logged", self.target, EVENT_WAIT)
         except OSError as error:
             log.info("--event-log %s: %s event not written: %s", self.target, event, error)
+
+    def _write(self, data: bytes) -> None:
+        """Append one line, waiting up to EVENT_WAIT for a full FIFO to take it."""
+        assert self.fd is not None
+        fd = self.fd
+        deadline = time.monotonic() + EVENT_WAIT
+        while True:
+            try:
+                written = os.write(fd, data)
+                break
+            except BlockingIOError:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0:
+                    raise
+                select.select([], [fd], [], remaining)
+        if written != len(data):
+            raise OSError(f"short write ({written} of {len(data)} bytes)")
+
+    def _connect(self) -> socket.socket:
+        assert self.socket_path is not None
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
+        sock.settimeout(EVENT_WAIT)
+        sock.connect(self.socket_path)
+        return sock
 
     def _send(self, line: str, warning: bool) -> None:
         assert self.sock is not None
@@ -89,12 +125,12 @@ class EventLog:
         message = f"<{priority}>{stamp} pglock[{os.getpid()}]: {line}".encode()
         try:
             self.sock.send(message)
+        except (BlockingIOError, TimeoutError):
+            raise
         except OSError:
             # syslog or journald restarted: the old socket is gone, a new one is bound.
-            assert self.socket_path is not None
             self.sock.close()
-            self.sock = socket.socket(socket.AF_UNIX, socket.SOCK_DGRAM)
-            self.sock.connect(self.socket_path)
+            self.sock = self._connect()
             self.sock.send(message)
 
     def close(self) -> None:

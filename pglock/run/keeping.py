@@ -26,6 +26,12 @@ def renewer(session: Reconnecting, claim: lease.Claim) -> Renewer:
     return LeaseRenewer(claim, lambda: session.connect(claim.ttl / 3, claim.ttl / 3))
 
 
+def horizon(claim: lease.Claim) -> float:
+    """How long after a confirmed acquire or renewal the lock is certainly ours, in its
+    mode (the renewer's horizon, known before any renewer exists)."""
+    return advisory.horizon(claim.ttl) if claim.mode == "advisory" else claim.ttl
+
+
 def supervise(supervision: Supervision, capture: output.Capture | None,
                session: Reconnecting, watchdog: Watchdog | None) -> tuple[RunResult, int]:
     """Run to the end with the lease renewed; the result (with the output tail) and exit code."""

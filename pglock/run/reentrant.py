@@ -20,8 +20,9 @@ from typing import NamedTuple
 
 from pglock.db import database
 from pglock.errors import ExitStatus, UsageError
-from pglock.lock import lease
-from pglock.run.child import CannotStart
+from pglock.lock import clock, lease
+from pglock.lock.heartbeat import MIN_MARGIN
+from pglock.run.child import CannotStart, LateStart
 from pglock.settings.config import normalized_job, shown
 
 log = logging.getLogger(__name__)
@@ -55,23 +56,32 @@ def inherited(job: str, environ: Mapping[str, str]) -> Inherited | None:
 
 
 def confirmed(conninfo: str, schema: str, job: str, claim: Inherited,
-              timeout: float) -> bool:
-    """Whether the lock row agrees that `claim` holds the job's lock now."""
+              timeout: float) -> float | None:
+    """The stopwatch time the statement that found `claim` holding the job's lock was sent
+    (None: the lock row does not agree)."""
     if claim.fencing_token is None:
-        return False
+        return None
     session = database.Reconnecting(conninfo, application_name=f"pglock run {job} (nested)",
                                     timeout=timeout)
     try:
         with database.translated(f"cannot check the lock of job {job!r}"):
-            return lease.held_by(session.get(), schema, job, claim.holder_id,
-                                 claim.fencing_token)
+            conn = session.get()
+            sent = clock.now()
+            held = lease.held_by(conn, schema, job, claim.holder_id, claim.fencing_token)
+            return sent if held else None
     finally:
         session.close()
 
 
-def run_directly(job: str, argv: Sequence[str], environ: Mapping[str, str]) -> int:
+def run_directly(job: str, argv: Sequence[str], environ: Mapping[str, str],
+                 confirmed_at: float) -> int:
     """Run the command in this process group (the outer run's, which it stops as one)
-    and wait for it: its exit code, 128+N when a signal ended it."""
+    and wait for it: its exit code, 128+N when a signal ended it.
+
+    The confirmation proves the lock valid when it was sent, not for how long after: the
+    command is forked only within the smallest margin any lock keeps from then (the outer
+    run's heartbeat and watchdog protect it once it runs, as they protect the outer
+    command); later, it is not started (LateStart, 125)."""
     text = environ.get(DEPTH_VARIABLE, "0")
     depth = int(text) + 1 if text.isascii() and text.isdigit() else 1
     if depth >= MAX_DEPTH:
@@ -80,8 +90,14 @@ def run_directly(job: str, argv: Sequence[str], environ: Mapping[str, str]) -> i
                          "without a command?)")
     if not argv or not argv[0]:
         raise CannotStart("command not found: ''", ExitStatus.NOT_FOUND)
+    environment = {**environ, DEPTH_VARIABLE: str(depth)}
+    late = clock.now() - (confirmed_at + MIN_MARGIN)
+    if late >= 0:
+        raise LateStart(f"not started: the lock of job {job!r} was confirmed "
+                        f"{late + MIN_MARGIN:.1f}s before the nested command could be forked "
+                        "(pglock was held up); it may have expired since")
     try:
-        process = subprocess.Popen(list(argv), env={**environ, DEPTH_VARIABLE: str(depth)})
+        process = subprocess.Popen(list(argv), env=environment)
     except FileNotFoundError:
         raise CannotStart(f"command not found: {shown(argv[0])}", ExitStatus.NOT_FOUND) from None
     except OSError as error:

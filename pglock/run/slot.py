@@ -32,7 +32,8 @@ from pglock.settings.config import shown
 # A host that loses the race imports nothing of the way out: the command, its keepers
 # and the record of its end are imported by the steps that use them.
 if TYPE_CHECKING:
-    from pglock.run.child import CannotStart, Child
+    from pglock.errors import PglockError as NotStarted
+    from pglock.run.child import Child
     from pglock.run.reentrant import Inherited
     from pglock.run.watchdog import Watchdog
 
@@ -88,8 +89,9 @@ class Attempted(NamedTuple):
     finished: ledger.Finished | None
     # When the lock was kept for the next attempt: the stopwatch time its renewal was sent.
     kept_at: float | None
-    # The command could not be started (raised once the slot's end is told).
-    cannot_start: CannotStart | None = None
+    # Why the command was not started (CannotStart, LateStart): raised once the slot's end
+    # is told.
+    not_started: NotStarted | None = None
 
 
 @dataclass(eq=False)
@@ -221,9 +223,9 @@ class Slot:
             if last is None and done.finished is not None and done.finished.newest:
                 self.before = done.finished.previous_outcome
             last = done
-            if done.cannot_start is not None:
+            if done.not_started is not None:
                 self.after(done)
-                raise done.cannot_start
+                raise done.not_started
             if done.kept_at is None:
                 break
             from pglock.run import retry
@@ -242,26 +244,31 @@ class Slot:
     def attempt(self, number: int) -> Attempted | None:
         """Start, supervise and record one attempt; None: the slot was done before it
         started. The lock is kept (renewed) when another attempt may follow, else released."""
-        from pglock.run.child import CannotStart
+        from pglock.run.child import CannotStart, Child
 
         capture = None
         if output.should_capture(self.options.output_tail, self.options.output_on_failure):
             capture = output.Capture(self.options.output_tail, self.options.output_on_failure)
         started = self.start(capture, number)
-        if capture is not None and (started is None or isinstance(started[1], CannotStart)):
+        if capture is not None and (started is None or not isinstance(started[1], Child)):
             capture.abandon()
         if started is None:
             return None
         run, child = started
-        if isinstance(child, CannotStart):
-            result = RunResult(Outcome.FAILED, int(child.exit_status), 0.0, error=str(child))
-            ended, _ = self.finish(run, result)
-            return ended._replace(cannot_start=child)
-        return self.supervised(run, child, capture)
+        if isinstance(child, Child):
+            return self.supervised(run, child, capture)
+        # Not started: a command that cannot be executed failed; one the lock's deadline
+        # overtook lost its lock before it ran (docs/lease.md, "Never outside the lock").
+        result = (RunResult(Outcome.FAILED, int(child.exit_status), 0.0, error=str(child))
+                  if isinstance(child, CannotStart)
+                  else RunResult(Outcome.LOCK_LOST, None, 0.0, error=f"lock lost: {child}"))
+        ended, _ = self.finish(run, result)
+        return ended._replace(not_started=child)
 
     def start(self, capture: output.Capture | None = None, attempt: int = 1,
-              ) -> tuple[ledger.StartedRun, Child | CannotStart] | None:
-        """Record the run as started, then fork the command (or say why it could not start).
+              ) -> tuple[ledger.StartedRun, Child | NotStarted] | None:
+        """Record the run as started, then fork the command (or say why it could not start:
+        it cannot be executed, or the lock's local deadline came first; keeping.horizon).
 
         None: the slot is done (another host's run of it got in between our acquire and our
         start, or its attempts are spent). `attempt` numbers an unscheduled run's attempts;
@@ -270,7 +277,9 @@ class Slot:
         # Signals wait from the start record to the fork: a run recorded as started always
         # has a command to forward them to. The first attempt's start was recorded by the
         # acquire statement, since when they have been held back (acquire's `start`).
-        from pglock.run.child import CannotStart, Child
+        from pglock.lock.heartbeat import start_deadline
+        from pglock.run import keeping
+        from pglock.run.child import CannotStart, Child, LateStart
         from pglock.run.environment import command_environment
 
         with self.gate.blocked():
@@ -285,8 +294,9 @@ class Slot:
                     self.options.command,
                     command_environment(self.options, self.claim, run.id, run.attempt),
                     None if capture is None else capture.child_fds(),
-                    reap=not self.options.leave_descendants)
-            except CannotStart as error:
+                    reap=not self.options.leave_descendants,
+                    start_by=start_deadline(self.sent, keeping.horizon(self.claim)))
+            except (CannotStart, LateStart) as error:
                 return run, error
             return run, self.gate.child
 
@@ -465,8 +475,9 @@ def _reentrant(options: RunOptions, conninfo: str, nested: Inherited) -> int:
     the lock row confirms it is still held, else skipped (docs/jobs-file.md, Reentrant runs)."""
     from pglock.run import reentrant
 
-    if not reentrant.confirmed(conninfo, options.schema, options.job, nested,
-                               options.connect_timeout):
+    confirmed_at = reentrant.confirmed(conninfo, options.schema, options.job, nested,
+                                       options.connect_timeout)
+    if confirmed_at is None:
         log.debug("job %r: skipped: nested in a run of it whose lock is no longer held",
                   options.job)
         notifier = Notifier(options.notify, job=options.job, holder=options.holder)
@@ -477,5 +488,5 @@ def _reentrant(options: RunOptions, conninfo: str, nested: Inherited) -> int:
         return options.conflict_exit_code
     log.debug("job %r: nested in the run holding its lock (fencing token %s): run under it",
               options.job, nested.fencing_token)
-    return reentrant.run_directly(options.job, options.command, os.environ)
+    return reentrant.run_directly(options.job, options.command, os.environ, confirmed_at)
 

@@ -73,3 +73,16 @@ def test_the_lock_counts_as_lost_margin_and_grace_before_the_server_expiry(
     assert beat.lost_at() + beat.grace + beat.margin == pytest.approx(sent + ttl)
     beat.last_sent = sent + 20
     assert beat.lost_at() == pytest.approx(lost_at + 20)
+
+
+@pytest.mark.parametrize(("sent", "horizon", "deadline"), [
+    (100.0, 60.0, 154.0),   # ttl 60s: margin 6s
+    (100.0, 6.0, 105.0),    # margin at least a second
+    (0.0, 3600.0, 3240.0),  # a tenth of an hour
+])
+def test_the_start_deadline_is_the_horizon_less_the_margin(sent: float, horizon: float,
+                                                           deadline: float) -> None:
+    assert heartbeat.start_deadline(sent, horizon) == deadline
+    # Never later than the heartbeat's own deadline for the lock (margin + grace).
+    assert heartbeat.start_deadline(sent, horizon) >= sent + horizon - heartbeat.margin(
+        horizon) - heartbeat.grace(horizon, 10)
