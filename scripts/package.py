@@ -266,15 +266,42 @@ def metadata_license(path: Path) -> tuple[str, str]:
     return name, re.sub(r"[^A-Za-z0-9.+-]+", "-", chosen).strip("-")
 
 
+def normalise(stage: Path) -> None:
+    """Debian's modes; no shebang in a library module (nothing runs it as a script); one
+    copy of psycopg-binary's bundled libraries (libpq, OpenSSL, ...), which are the same
+    file for every CPython: the other versions' are symbolic links to it."""
+    first: dict[str, Path] = {}
+    for path in sorted(stage.rglob("*")):
+        if path.is_symlink():
+            continue
+        if path.is_dir():
+            path.chmod(0o755)
+            continue
+        executable = path.is_relative_to(stage / "usr/bin")
+        path.chmod(0o755 if executable else 0o644)
+        if path.suffix == ".py" and not executable:
+            text = path.read_bytes()
+            if text.startswith(b"#!"):
+                path.write_bytes(b"\n" + text.split(b"\n", 1)[1])  # line numbers kept
+        if ".libs" in path.parent.name:
+            digest = hashlib.sha256(path.read_bytes()).hexdigest()
+            if digest in first:
+                path.unlink()
+                path.symlink_to(os.path.relpath(first[digest], path.parent))
+            else:
+                first[digest] = path
+
+
 def control(stage: Path, arch: str) -> str:
-    size = sum(p.stat().st_size for p in stage.rglob("*") if p.is_file()) // 1024
+    size = sum(p.stat().st_size for p in stage.rglob("*")
+               if p.is_file() and not p.is_symlink()) // 1024
     major, minor = PYTHONS[-1].split(".")
     return (f"Package: pglock\nVersion: {version()}\nArchitecture: {ARCHES[arch][1]}\n"
             f"Maintainer: {MAINTAINER}\nInstalled-Size: {size}\n"
             f"Depends: python3 (>= {PYTHONS[0]}), python3 (<< {major}.{int(minor) + 1}), "
             f"libc6 (>= {ARCHES[arch][2]})\n"
             "Section: admin\nPriority: optional\n"
-            f"Description: {pyproject()['description']}\n"
+            "Description: run a cron job on exactly one host of a fleet, locked in PostgreSQL\n"
             " Every host of a fleet runs the same crontab line; pglock runs the command on\n"
             " exactly one of them, records its history in PostgreSQL, and reports it\n"
             " (status, history, check, metrics). This build has no embedded PostgreSQL:\n"
@@ -287,14 +314,11 @@ def build_deb(work: Path, build: Path, out: Path, arch: str, head: str, when: in
     stage = work / f"deb-{arch}"
     stage_libraries(stage, house, wheel, arch)
     stage_files(stage, head, when)
-    for path in stage.rglob("*"):
-        if path.is_dir():
-            path.chmod(0o755)
-        elif not os.access(path, os.X_OK) or path.suffix in (".py", ".txt", ".typed"):
-            path.chmod(0o644)
-    sums = [f"{hashlib.md5(p.read_bytes()).hexdigest()}  {p.relative_to(stage)}"  # noqa: S324
-            for p in sorted(stage.rglob("*")) if p.is_file() and not p.is_relative_to(
-                stage / "etc")]
+    normalise(stage)
+    # dpkg's md5sums: every file but the conffiles.
+    sums = [f"{hashlib.md5(p.read_bytes()).hexdigest()}  {p.relative_to(stage)}"
+            for p in sorted(stage.rglob("*"))
+            if p.is_file() and not p.is_symlink() and not p.is_relative_to(stage / "etc")]
     debian = stage / "DEBIAN"
     write(debian / "control", control(stage, arch))
     write(debian / "conffiles", "/etc/pglock/config.toml\n")
