@@ -105,6 +105,11 @@ def commit() -> tuple[str, int]:
     return head + ("-dirty" if dirty.strip() else ""), when
 
 
+def next_minor(python: str) -> str:
+    major, minor = python.split(".")
+    return f"{major}.{int(minor) + 1}"
+
+
 def pins() -> dict[str, str]:
     """name -> version of every requirement in packaging/fleet.lock."""
     found = re.findall(r"^([A-Za-z0-9._-]+)==([^\s;\\]+)", FLEET_LOCK.read_text(), re.M)
@@ -157,6 +162,9 @@ def build_pex(work: Path, build: Path, out: Path, arch: str, head: str, when: in
     run(TOOLS / "pex", "--no-pypi", "--find-links", house, "--find-links", wheel.parent,
         "--intransitive", *requirements, f"pglock=={version()}",
         *[arg for platform in platforms for arg in ("--platform", platform)],
+        # Interpreter constraints key the installed venv by them, not by the interpreter
+        # that built this file: without them --sh-boot's fast path never matches a host's.
+        "--interpreter-constraint", f"CPython>={PYTHONS[0]},<{next_minor(PYTHONS[-1])}",
         "--console-script", "pglock", "--venv", "prepend", "--sh-boot",
         "--inject-python-args=-I", "--no-emit-warnings", "--output-file", target,
         env={**os.environ, "SOURCE_DATE_EPOCH": str(when)})
@@ -295,10 +303,9 @@ def normalise(stage: Path) -> None:
 def control(stage: Path, arch: str) -> str:
     size = sum(p.stat().st_size for p in stage.rglob("*")
                if p.is_file() and not p.is_symlink()) // 1024
-    major, minor = PYTHONS[-1].split(".")
     return (f"Package: pglock\nVersion: {version()}\nArchitecture: {ARCHES[arch][1]}\n"
             f"Maintainer: {MAINTAINER}\nInstalled-Size: {size}\n"
-            f"Depends: python3 (>= {PYTHONS[0]}), python3 (<< {major}.{int(minor) + 1}), "
+            f"Depends: python3 (>= {PYTHONS[0]}), python3 (<< {next_minor(PYTHONS[-1])}), "
             f"libc6 (>= {ARCHES[arch][2]})\n"
             "Section: admin\nPriority: optional\n"
             "Description: run a cron job on exactly one host of a fleet, locked in PostgreSQL\n"

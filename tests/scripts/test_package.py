@@ -208,6 +208,18 @@ def test_version_says_what_the_artifact_is(installed: Installed, program: str,
 
 
 @pytest.mark.slow
+def test_the_single_file_execs_its_installed_venv_after_the_first_run(
+        installed: Installed) -> None:
+    """--sh-boot's fast path: the venv its /bin/sh header looks for is the one its first run
+    made (it is not when the venv is keyed by the interpreter that built the file)."""
+    header = installed.built.single.read_bytes()[:4096].decode(errors="replace")
+    match = re.search(r'INSTALLED_PEX="\$\{PEX_ROOT\}/([^"]+)"', header)
+    assert match, header
+    assert installed.host.sh(f"{SINGLE} --version").returncode == 0
+    assert (installed.host.root / "root/.cache/pex" / match.group(1) / "bin/python").exists()
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("program", BOTH)
 def test_a_run_succeeds_silently_and_is_recorded(installed: Installed, env: Env,
                                                  program: str) -> None:
