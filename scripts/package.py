@@ -159,7 +159,12 @@ def build_pex(work: Path, build: Path, out: Path, arch: str, head: str, when: in
     platforms = [f"{ARCHES[arch][0]}-cp-{p.replace('.', '')}-cp{p.replace('.', '')}"
                  for p in PYTHONS]
     requirements = [f"{name}=={pinned}" for name, pinned in pins().items()]
-    run(TOOLS / "pex", "--no-pypi", "--find-links", house, "--find-links", wheel.parent,
+    # With interpreter constraints pex resolves for this machine's Python as well: on
+    # another architecture it needs this one's wheels too (they ride along, unused there).
+    local = os.uname().machine
+    extra = [] if arch == local or local not in ARCHES else [
+        "--find-links", str(wheelhouse(build, local))]
+    run(TOOLS / "pex", "--no-pypi", "--find-links", house, *extra, "--find-links", wheel.parent,
         "--intransitive", *requirements, f"pglock=={version()}",
         *[arg for platform in platforms for arg in ("--platform", platform)],
         # Interpreter constraints key the installed venv by them, not by the interpreter
