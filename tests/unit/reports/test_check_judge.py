@@ -99,3 +99,27 @@ def test_plugin_statuses_are_the_nagios_codes_each_with_its_meaning() -> None:
     assert [(int(s), s.name) for s in PluginStatus] == [
         (0, "OK"), (1, "WARNING"), (2, "CRITICAL"), (3, "UNKNOWN")]
     assert all(s.meaning.startswith(s.name + ":") for s in PluginStatus)
+
+
+@pytest.mark.parametrize(("over_by", "thresholds", "status"), [
+    (0.0, Thresholds(), PluginStatus.WARNING),
+    (3600.0, Thresholds(), PluginStatus.WARNING),
+    (60.0, Thresholds(slow_warning=120.0), PluginStatus.OK),
+    (180.0, Thresholds(slow_warning=120.0), PluginStatus.WARNING),
+    (180.0, Thresholds(slow_critical=180.0), PluginStatus.CRITICAL),
+])
+def test_a_slow_run_is_judged_by_how_far_past_its_max(over_by: float, thresholds: Thresholds,
+                                                     status: PluginStatus) -> None:
+    # The factory's run started 3 minutes before NOW.
+    built = job(lock=lock(), run_open=True, slow_after=180.0 - over_by)
+    verdict = check.judge(built, thresholds, NOW)
+    assert verdict.status is status
+    if status is not PluginStatus.OK:
+        assert verdict.reasons[0].startswith("slow: run 42 on web-1 has run ")
+        assert verdict.reasons[0].endswith("(--expect-duration; pglock status --job sync)")
+
+
+def test_slow_thresholds_out_of_order_are_refused() -> None:
+    with pytest.raises(UsageError) as raised:
+        Thresholds(slow_warning=600.0, slow_critical=60.0).validate()
+    assert str(raised.value) == "--slow-warning (10m00s) is above --slow-critical (1m00s)"
