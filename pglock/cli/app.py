@@ -139,6 +139,11 @@ def run(
     max_runtime: Annotated[str | None, typer.Option(envvar="PGLOCK_MAX_RUNTIME",
         metavar="DURATION", show_default=False,
         help="Stop the command after this long (SIGTERM, then SIGKILL); exit 124.")] = None,
+    expect_duration: Annotated[str | None, typer.Option(envvar="PGLOCK_EXPECT_DURATION",
+        metavar="MIN..MAX", show_default=False,
+        help="How long a run should take (either side optional: 30s..5m, 1m.., ..2h): a run "
+             "outside it is noted in history (its outcome stays); one running past MAX is "
+             "slow in status, check and metrics. Nothing is stopped.")] = None,
     kill_after: Annotated[str, typer.Option(envvar="PGLOCK_KILL_AFTER", metavar="DURATION",
         help="Grace between SIGTERM and SIGKILL.")] = "10s",
     on_lost: Annotated[str, typer.Option(envvar="PGLOCK_ON_LOST", metavar="kill|continue",
@@ -192,6 +197,11 @@ def run(
         show_default=False,
         help="Shell command run after the first success that follows a failed, timed-out, "
              "lost, killed or abandoned run.")] = None,
+    on_slow: Annotated[str | None, typer.Option(envvar="PGLOCK_ON_SLOW", metavar="CMD",
+        show_default=False,
+        help="Shell command run once, while the command still runs, when it passes "
+             "--expect-duration's MAX (PGLOCK_RUNNING_FOR, PGLOCK_EXPECTED_MAX in its "
+             "environment).")] = None,
     hook_timeout: Annotated[str, typer.Option(envvar="PGLOCK_HOOK_TIMEOUT", metavar="DURATION",
         help="Kill a hook (its whole process group) after this long.")] = "30s",
     ping_url: Annotated[str | None, typer.Option(envvar="PGLOCK_PING_URL", metavar="URL",

@@ -57,6 +57,15 @@ def check(
     paused_warning: Annotated[str, typer.Option(
         "--paused-warning", envvar="PGLOCK_PAUSED_WARNING", metavar="DURATION",
         help="WARNING for a pause older than this (a forgotten pause).")] = "1d",
+    slow_warning: Annotated[str, typer.Option(
+        "--slow-warning", envvar="PGLOCK_SLOW_WARNING", metavar="DURATION",
+        help="WARNING for a run this long past its --expect-duration MAX (0: as soon as it "
+             "passes it).")] = "0",
+    slow_critical: Annotated[str | None, typer.Option(
+        "--slow-critical", envvar="PGLOCK_SLOW_CRITICAL", metavar="DURATION",
+        show_default=False,
+        help="CRITICAL for a run this long past its --expect-duration MAX [default: "
+             "never].")] = None,
     json_output: Json = False,
     dsn: Dsn = None,
     schema: Schema = None,
@@ -68,7 +77,8 @@ def check(
 
     CRITICAL: a lock expired while its run is still marked running. Failed runs in a row
     and missed slots of a schedule are WARNING or CRITICAL by the thresholds. A paused job
-    is neither failed nor overdue; its pause is WARNING once older than --paused-warning. Whatever
+    is neither failed nor overdue; its pause is WARNING once older than --paused-warning. A run
+    past its --expect-duration MAX is WARNING (or CRITICAL by --slow-critical). Whatever
     goes wrong (bad options, no database, a schema it cannot read) is UNKNOWN, exit 3.
 
     Example: pglock check --job nightly-backup --missed-critical 3
@@ -79,7 +89,10 @@ def check(
     try:
         thresholds = checks.Thresholds(
             failures_warning, failures_critical, missed_warning, missed_critical,
-            parse_duration(paused_warning, option="--paused-warning"))
+            parse_duration(paused_warning, option="--paused-warning"),
+            parse_duration(slow_warning, option="--slow-warning"),
+            None if slow_critical is None
+            else parse_duration(slow_critical, option="--slow-critical"))
         thresholds.validate()
         report = checks.evaluate(_snapshot(dsn, schema, connect_timeout, job, "check"),
                                  thresholds, job)
@@ -112,7 +125,14 @@ def metrics(
     """
     _configure_output(verbose, quiet)
     from pglock.cli.render import write
+    from pglock.reports import jobs
     from pglock.reports import metrics as exposition
+    from pglock.settings import config
 
-    write(exposition.render(_snapshot(dsn, schema, connect_timeout, job, "metrics")))
+    if job is not None:
+        config.check_job(job)
+    with connected(dsn, schema, connect_timeout, "metrics") as (conn, _, name):
+        found = exposition.Exposition(jobs.read(conn, name, job),
+                                      exposition.read_durations(conn, name, job))
+    write(exposition.render(found))
     return 0

@@ -23,6 +23,7 @@ STATE_LOOK = {
     State.FAILED: ("x failed", "bold red"),
     State.OVERDUE: ("@ overdue", "yellow"),
     State.CLEARED: ("~ cleared", "magenta"),
+    State.SLOW: ("> slow", "bold green"),
     State.RUNNING: ("> running", "green"),
     State.PAUSED: ("| paused", "blue"),
     State.HELD: ("= held", "cyan"),
@@ -260,6 +261,8 @@ def job_json(job: Job) -> dict[str, Any]:
             "reason": job.pause.reason, "until": iso(job.pause.until),
             "every_job": job.pause.everywhere},
         "attempt": job.attempt, "attempt_limit": job.attempt_limit,
+        "slow": None if job.slow_for is None else {
+            "expected_max": job.slow_after, "over_by": job.slow_for},
         "seats": None if job.seats is None else {
             "used": job.seats.used, "limit": job.seats.limit,
             "holders": [{"seat": seat.seat, "host": seat.lock.holder,

@@ -19,7 +19,8 @@ STARTED_FROM = frozenset((
     "kill_after", "on_lost", "conflict_exit_code", "holder", "schedule", "tz", "deadline",
     "grace", "output_tail", "output_on_failure", "leave_descendants", "on_failure",
     "on_success", "on_recovery", "hook_timeout", "ping_url", "event_log", "dsn", "schema",
-    "connect_timeout", "verbose", "quiet", "retries", "retry_delay", "limit"))
+    "connect_timeout", "verbose", "quiet", "retries", "retry_delay", "limit",
+    "expect_duration", "on_slow"))
 
 
 def start(values: dict[str, Any], from_environment: Collection[str],

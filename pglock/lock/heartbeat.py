@@ -107,6 +107,13 @@ class Heartbeat:
         self.stop_requested: str | None = None
         self._stop = threading.Event()
         self._thread = threading.Thread(target=self._loop, name="pglock-heartbeat", daemon=True)
+        # One wake-up besides the renewals (--expect-duration's MAX): when, and what to call.
+        self._alarm: tuple[float, Callable[[], None]] | None = None
+
+    def alarm(self, at: float, call: Callable[[], None]) -> None:
+        """Call `call` once, from this thread, at stopwatch time `at` while it still renews
+        (it must return at once: a renewal waits for it). Set before start()."""
+        self._alarm = (at, call)
 
     def lost_at(self) -> float:
         """Stopwatch time at which the lock counts as lost without a renewal."""
@@ -121,9 +128,18 @@ class Heartbeat:
         self._thread.join(timeout=0.5)
         return not self._thread.is_alive()
 
+    def _wake(self, next_at: float) -> float:
+        """The next renewal, or the alarm if it comes first."""
+        return next_at if self._alarm is None else min(next_at, self._alarm[0])
+
     def _loop(self) -> None:
         next_at = self.last_sent + self.renewer.interval
-        while not self._stop.wait(max(0.0, next_at - clock.now())):
+        while not self._stop.wait(max(0.0, self._wake(next_at) - clock.now())):
+            if self._alarm is not None and clock.now() >= self._alarm[0]:
+                call, self._alarm = self._alarm[1], None
+                call()
+            if clock.now() < next_at:
+                continue
             sent = clock.now()
             try:
                 renewal, why = self.renewer.renew()

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import enum
+import re
 from datetime import datetime, timedelta
 from typing import Any, NamedTuple, Protocol
 
@@ -62,6 +63,50 @@ SELECT * FROM {schema}.finish(
 
 # Notes of what happened after the end was recorded (a failed hook), added to its error.
 NOTE = "SELECT {schema}.note(%(run_id)s, %(holder_id)s, %(note)s)"
+
+
+# --expect-duration leaves its judgement in the run's `error` column, pglock's free-text note
+# on a run (no schema change: docs/monitoring.md, "Expected durations"). The holder writes
+# SLOW on its open run when it passes MAX (`note`, which appends); its end replaces the
+# error with the finished run's own note, SHORTER or LONGER, next to any other (`; `).
+# Readers find them by these texts: reports/jobs.py the open run's, metrics the history's.
+SLOW = "running longer than expected: more than {limit}s (--expect-duration)"
+SHORTER = "ran shorter than expected: {took}s, less than {limit}s (--expect-duration)"
+LONGER = "ran longer than expected: {took}s, more than {limit}s (--expect-duration)"
+_SLOW = re.compile(r"running longer than expected: more than ([0-9]+(?:\.[0-9]+)?)s "
+                   r"\(--expect-duration\)")
+
+
+def seconds_text(seconds: float) -> str:
+    """Seconds as a note says them: 300, 0.25, 12.345 (no exponent, no trailing zeros)."""
+    return f"{seconds:.3f}".rstrip("0").rstrip(".")
+
+
+def slow_note(limit: float) -> str:
+    return SLOW.format(limit=seconds_text(limit))
+
+
+def slow_limit(error: str | None) -> float | None:
+    """The MAX an open run's holder said it passed (None: it has not said so)."""
+    found = None if error is None else _SLOW.search(error)
+    return None if found is None else float(found.group(1))
+
+
+def expected_note(duration: float, low: float | None, high: float | None) -> str | None:
+    """What a finished run's duration says against MIN..MAX (None: within it)."""
+    if low is not None and duration < low:
+        return SHORTER.format(took=seconds_text(duration), limit=seconds_text(low))
+    if high is not None and duration > high:
+        return LONGER.format(took=seconds_text(duration), limit=seconds_text(high))
+    return None
+
+
+def expected_side(error: str | None) -> str | None:
+    """`shorter` or `longer` when a finished run's error holds its --expect-duration note."""
+    for side, text in (("shorter", SHORTER), ("longer", LONGER)):
+        if error is not None and text.split(":")[0] + ":" in error:
+            return side
+    return None
 
 
 class StartedRun(NamedTuple):

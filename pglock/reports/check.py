@@ -33,9 +33,10 @@ class PluginStatus(enum.IntEnum):
 
     OK = (0, "OK: no job has a problem (or there are no jobs yet)")
     WARNING = (1, "WARNING: failed runs in a row or missed slots reached a warning threshold, "
-                  "or a pause is older than --paused-warning")
-    CRITICAL = (2, "CRITICAL: a stale lock, or failed runs in a row or missed slots reached a "
-                   "critical threshold")
+                  "a pause is older than --paused-warning, or a run is past its "
+                  "--expect-duration (--slow-warning)")
+    CRITICAL = (2, "CRITICAL: a stale lock, or failed runs in a row, missed slots or a slow "
+                   "run reached a critical threshold")
     UNKNOWN = (3, "UNKNOWN: the jobs could not be judged: bad options, no database, a schema "
                   "pglock cannot read, a job that never ran, a schedule this host cannot "
                   "read, output that cannot be written; never another code")
@@ -56,9 +57,16 @@ class Thresholds:
     missed_critical: int = 2
     # Seconds a pause may last before check warns that it may have been forgotten.
     paused_warning: float = 86400.0
+    # Seconds a run may go on past its --expect-duration MAX before it is WARNING (0: at
+    # once) or CRITICAL (None: never).
+    slow_warning: float = 0.0
+    slow_critical: float | None = None
 
     def validate(self) -> None:
         """Refuse thresholds that cannot be met in order."""
+        if self.slow_critical is not None and self.slow_warning > self.slow_critical:
+            raise UsageError(f"--slow-warning ({format_duration(self.slow_warning)}) is above "
+                             f"--slow-critical ({format_duration(self.slow_critical)})")
         for name in ("failures", "missed"):
             warning, critical = getattr(self, f"{name}_warning"), getattr(self, f"{name}_critical")
             if warning < 1 or critical < 1:
@@ -131,6 +139,15 @@ def _overdue(job: Job, now: datetime) -> str:
             f"(schedule '{job.schedule}', grace {format_duration(job.due.grace)})")
 
 
+def _slow(job: Job, now: datetime) -> str:
+    assert job.slow_after is not None
+    over = format_duration(job.slow_for or 0.0)
+    holder = f" on {job.lock.holder}" if job.lock is not None else ""
+    return (f"slow: run {job.last_run_id}{holder} has run {over} past its expected "
+            f"{format_duration(job.slow_after)} (--expect-duration; pglock status --job "
+            f"{job.name})")
+
+
 def _unreadable(job: Job, now: datetime) -> str:
     return job.schedule_note or "its schedule cannot be read here"
 
@@ -146,7 +163,7 @@ def _paused(job: Job, now: datetime) -> str:
 # Each problem's reason, as the line under the summary says it.
 REASONS: dict[Problem, Callable[[Job, datetime], str]] = {
     Problem.DEAD: _dead, Problem.STALE: _stale, Problem.FAILED: _failed, Problem.OVERDUE: _overdue,
-    Problem.UNREADABLE: _unreadable, Problem.PAUSED: _paused,
+    Problem.SLOW: _slow, Problem.UNREADABLE: _unreadable, Problem.PAUSED: _paused,
 }
 
 
@@ -165,6 +182,11 @@ def level(job: Job, problem: Problem, thresholds: Thresholds) -> PluginStatus:
             paused_for = job.paused_for or 0.0
             return (PluginStatus.WARNING if paused_for >= thresholds.paused_warning
                     else PluginStatus.OK)
+        case Weight.SLOW:
+            over = job.slow_for or 0.0
+            if thresholds.slow_critical is not None and over >= thresholds.slow_critical:
+                return PluginStatus.CRITICAL
+            return PluginStatus.WARNING if over >= thresholds.slow_warning else PluginStatus.OK
 
 
 def judge(job: Job, thresholds: Thresholds, now: datetime) -> Verdict:
@@ -233,6 +255,9 @@ def _job_json(verdict: Verdict) -> dict[str, Any]:
             "since": _iso(job.pause.paused_at), "by": job.pause.paused_by,
             "reason": job.pause.reason, "until": _iso(job.pause.until),
             "every_job": job.pause.everywhere},
+        "running_since": _iso(job.running_since),
+        "slow": None if job.slow_for is None else {
+            "expected_max": job.slow_after, "over_by": job.slow_for},
         "due_at": None if due is None else _iso(due.due_at),
         "next_fire": None if due is None else _iso(due.next_fire),
         "missed_slots": 0 if due is None else due.missed}

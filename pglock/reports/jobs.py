@@ -21,6 +21,7 @@ import psycopg
 
 from pglock.db import database, schema
 from pglock.errors import UsageError
+from pglock.lock import ledger
 from pglock.lock.ledger import Outcome
 
 # Outcomes of a finished run ('running' is not one; 'cleared' is an audit row).
@@ -96,6 +97,12 @@ SELECT coalesce(j.job, l.job) AS name,
        CASE WHEN own.job IS NULL THEN every_job.until ELSE own.until END AS paused_until,
        CASE WHEN own.job IS NULL THEN every_job.job = '' END AS paused_everywhere,
        l.seats_used, l.seat_limit,
+       -- The open run's note: its holder says there when it passed --expect-duration's MAX
+       -- (ledger.SLOW). One lookup by key per running job, none for the others.
+       CASE WHEN j.last_run_id IS NOT NULL
+                 AND j.last_run_id IS DISTINCT FROM j.last_finished_run_id
+            THEN (SELECT r.error FROM {schema}.runs r WHERE r.id = j.last_run_id) END
+           AS run_note,
        (l.job IS NOT NULL AND (l.expires_at > clock.at OR l.released_at IS NULL))
        OR (j.last_run_id IS NOT NULL AND j.last_run_id IS DISTINCT FROM j.last_finished_run_id)
        OR (j.last_finished_run_id IS NOT NULL AND j.last_outcome = ANY(%(failures)s::text[]))
@@ -133,7 +140,7 @@ COLUMNS = (
     "last_duration", "last_success_at", "outcome_counts", "consecutive_failures", "schedule",
     "timezone", "grace", "last_slot", "next_slot", "last_attempt", "attempt_limit",
     "dead_slot", "dead_attempts", "dead_error", "paused_at", "paused_by", "pause_reason",
-    "paused_until", "paused_everywhere", "seats_used", "seat_limit", "listed")
+    "paused_until", "paused_everywhere", "seats_used", "seat_limit", "run_note", "listed")
 # The seats of one semaphore job that are taken now, as Lock fields.
 SEATS = """
 SELECT seat, mode, holder, holder_pid, fencing_token, NULL::integer, acquired_at,
@@ -162,6 +169,9 @@ class State(enum.StrEnum):
     OVERDUE = "overdue"
     # `clear` took the lock; it is free for others once the lock-delay has passed.
     CLEARED = "cleared"
+    # Running past its --expect-duration's MAX (its holder noted it): nothing stops it
+    # (--max-runtime does), but someone may want to look.
+    SLOW = "slow"
     RUNNING = "running"
     # An operator paused it (`pglock pause`): every host skips it. A run that was going
     # when it was paused shows as running until it ends.
@@ -185,6 +195,8 @@ class Weight(enum.Enum):
     UNKNOWN = "unknown"
     # WARNING once older than --paused-warning, else OK.
     PAUSED = "paused"
+    # WARNING or CRITICAL by --slow-warning/--slow-critical (time past the expected MAX).
+    SLOW = "slow"
 
 
 class Problem(enum.StrEnum):
@@ -205,6 +217,8 @@ class Problem(enum.StrEnum):
     STALE = ("stale", Weight.CRITICAL, True)
     FAILED = ("failed", Weight.FAILURES, True)
     OVERDUE = ("overdue", Weight.MISSED, True)
+    # Its run has gone on past its --expect-duration's MAX.
+    SLOW = ("slow", Weight.SLOW, True)
     # Its recorded schedule cannot be read here (a zone this host does not know).
     UNREADABLE = ("unreadable", Weight.UNKNOWN, False)
     # Paused: not a problem by itself (failed and overdue are not judged meanwhile), but
@@ -331,6 +345,21 @@ class Job:
     attempt_limit: int | None = None
     # A semaphore job (--limit): its seats; its `lock` is then its newest seat taken.
     seats: Seats | None = None
+    # The --expect-duration MAX (seconds) its running run passed, as its holder noted it.
+    slow_after: float | None = None
+
+    @property
+    def slow_for(self) -> float | None:
+        """Seconds its running run has gone on past its expected MAX (None: not slow)."""
+        since = self.seconds_since(self.last_started_at)
+        if Problem.SLOW not in self.problems or self.slow_after is None or since is None:
+            return None
+        return max(0.0, since - self.slow_after)
+
+    @property
+    def running_since(self) -> datetime | None:
+        """When its running run started (None: none is marked running)."""
+        return self.last_started_at if self.run_open else None
 
     @property
     def paused_for(self) -> float | None:
@@ -437,7 +466,7 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
      last_finished_at, last_duration, last_success_at, outcome_counts, consecutive_failures,
      schedule_expr, timezone, grace, last_slot, next_slot, last_attempt, attempt_limit,
      dead_slot, dead_attempts, dead_error, paused_at, paused_by, pause_reason, paused_until,
-     paused_everywhere, seats_used, seat_limit, _) = row
+     paused_everywhere, seats_used, seat_limit, run_note, _) = row
     lock = None
     if lock_mode is not None:
         lock = Lock(lock_mode, holder, holder_pid, fencing_token, backend_pid, acquired_at,
@@ -454,8 +483,10 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
     dead = None
     if dead_slot is not None:
         dead = Dead(dead_slot, dead_attempts or 0, dead_error)
+    slow_after = ledger.slow_limit(run_note) if run_open else None
     lock_state, state, problems = classify(now, lock, run_open, last_run, due, note,
-                                           paused=pause is not None, dead=dead is not None)
+                                           paused=pause is not None, dead=dead is not None,
+                                           slow=slow_after is not None)
     counts = {str(outcome): int(n) for outcome, n in outcome_counts.items() if n}
     return Job(
         name=name, now=now, lock=lock, run_open=run_open, last_run_id=last_run_id,
@@ -465,14 +496,18 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
         timezone=timezone, last_slot=last_slot, due=due, schedule_note=note,
         lock_state=lock_state, state=state, problems=problems, pause=pause, dead=dead,
         attempt=last_attempt, attempt_limit=attempt_limit,
-        seats=None if seat_limit is None else Seats(int(seats_used), seat_limit))
+        seats=None if seat_limit is None else Seats(int(seats_used), seat_limit),
+        slow_after=slow_after)
 
 
 def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun | None,
              due: Due | None, note: str | None = None, *, paused: bool = False,
-             dead: bool = False) -> tuple[State, State, tuple[Problem, ...]]:
-    """The job's lock state, its state, and its problems: the one place that judges a job."""
+             dead: bool = False, slow: bool = False) -> tuple[State, State, tuple[Problem, ...]]:
+    """The job's lock state, its state, and its problems: the one place that judges a job.
+    `slow`: the holder of its open run noted it past --expect-duration's MAX."""
     held = lock is not None and lock.expires_at > now
+    # Slow only while its holder still holds it: a vanished holder's run is stale.
+    slow = slow and run_open and held
     # A paused job is neither dead, failed nor overdue: nobody is meant to run it.
     dead = dead and not paused
     failed = not paused and last_run is not None and last_run.outcome in FAILURES
@@ -481,6 +516,7 @@ def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun
         (Problem.STALE, run_open and not held),
         (Problem.FAILED, failed),
         (Problem.OVERDUE, not paused and due is not None and due.missed > 0),
+        (Problem.SLOW, slow),
         (Problem.UNREADABLE, note is not None),
         (Problem.PAUSED, paused)) if found)
     if lock is not None and held and lock.released_at is None:
@@ -498,7 +534,11 @@ def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun
         State.DEAD, State.STALE, State.FAILED)
     if paused and lock_state not in (State.STALE, State.CLEARED, State.RUNNING):
         return lock_state, State.PAUSED, problems
-    return lock_state, State.OVERDUE if overdue else lock_state, problems
+    if overdue:
+        return lock_state, State.OVERDUE, problems
+    # `clear` goes by the lock state (running); status shows the run as slow.
+    return lock_state, State.SLOW if slow and lock_state is State.RUNNING else lock_state, \
+        problems
 
 
 def standing(expr: str | None, zone: str | None, grace: float | None,

@@ -22,7 +22,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pglock.errors import UsageError
 from pglock.lock import clock
-from pglock.lock.ledger import Outcome, RunResult
+from pglock.lock.ledger import Outcome, RunResult, expected_side
 from pglock.run.told import Told
 
 if TYPE_CHECKING:
@@ -47,10 +47,12 @@ class NotifyOptions(NamedTuple):
     hook_timeout: float = DEFAULT_HOOK_TIMEOUT
     ping_url: str | None = None
     event_log: str | None = None
+    # Run once per run, while it runs, when it passes --expect-duration's MAX.
+    on_slow: str | None = None
 
     def validate(self) -> None:
         for name, hook in (("--on-failure", self.on_failure), ("--on-success", self.on_success),
-                           ("--on-recovery", self.on_recovery)):
+                           ("--on-recovery", self.on_recovery), ("--on-slow", self.on_slow)):
             if hook is not None and not hook.strip():
                 raise UsageError(f"{name}: the hook command is empty")
         if not 0 < self.hook_timeout <= 24 * 3600:
@@ -112,13 +114,28 @@ class Notifier:
             self.pinger.start(self.emit)
 
     def finished(self, result: RunResult, recorded: bool) -> None:
-        """One attempt's end, once it is recorded (or given up on)."""
+        """One attempt's end, once it is recorded (or given up on); `expected`: `shorter`
+        or `longer` than --expect-duration, when its error notes it."""
         if result.outcome is Outcome.LOCK_LOST:
             self.emit("lock_lost", warning=True, error=result.error)
         self.emit("finished", warning=result.outcome is not Outcome.SUCCEEDED,
                   outcome=str(result.outcome), exit_code=result.exit_code,
                   signal=result.signal, duration=round(result.duration, 3),
-                  error=result.error, recorded=recorded)
+                  error=result.error, recorded=recorded,
+                  expected=expected_side(result.error))
+
+    def slow(self, running_for: float, limit: float, env: dict[str, str]) -> None:
+        """The running attempt passed --expect-duration's MAX: the `slow` event, then
+        --on-slow (once per run; it is not stopped: --max-runtime does that)."""
+        self.emit("slow", warning=True, running_for=round(running_for, 3),
+                  expected_max=limit)
+        if self.options.on_slow is None:
+            return
+        hook_env = {**env, "PGLOCK_RUNNING_FOR": f"{running_for:.3f}",
+                    "PGLOCK_EXPECTED_MAX": f"{limit:g}"}
+        told = self._hook("on-slow", self.options.on_slow, hook_env, b"")
+        if not told.ok:
+            log.info("job %r: %s", self.job, told.note())
 
     def after_run(self, result: RunResult, previous_outcome: str | None,
                   env: dict[str, str]) -> str | None:

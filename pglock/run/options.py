@@ -18,10 +18,12 @@ from pglock.run.notify import NotifyOptions
 from pglock.settings.config import check_job, check_text, normalized_job
 from pglock.settings.durations import (
     DURATIONS,
+    EXPECTED,
     RETRIES,
     SEATS,
     check_count,
     parse_duration,
+    parse_expected,
     parse_size,
 )
 
@@ -67,6 +69,10 @@ class RunOptions:
     # "Delivery"); --retry-delay: the first wait between two, doubled at each.
     retries: int = 0
     retry_delay: float = 30.0
+    # --expect-duration MIN..MAX: a run outside it is noted as such (its outcome stays),
+    # one running past MAX is slow (docs/monitoring.md, "Expected durations").
+    expect_min: float | None = None
+    expect_max: float | None = None
 
     def __post_init__(self) -> None:
         # Names that look the same are the same job (NFC; docs/decisions.md).
@@ -103,6 +109,11 @@ class RunOptions:
             raise UsageError("--limit needs --mode lease: a session advisory lock is one "
                              "holder's (docs/lease.md, Semaphores)")
         self.notify.validate()
+        if (self.expect_min is not None and self.expect_max is not None
+                and self.expect_min > self.expect_max):
+            raise UsageError("--expect-duration: MIN is above MAX")
+        if self.notify.on_slow is not None and self.expect_max is None:
+            raise UsageError("--on-slow needs --expect-duration with a MAX (..MAX)")
         self._validate_schedule()
 
     def _validate_ranges(self) -> None:
@@ -117,6 +128,10 @@ class RunOptions:
             bounds = DURATIONS[option]
             if value is not None and not (math.isfinite(value) and bounds.admits(value)):
                 raise UsageError(f"{option}: {value:g}s is out of range ({bounds.text()})")
+        for value in (self.expect_min, self.expect_max):
+            if value is not None and not (math.isfinite(value) and EXPECTED.admits(value)):
+                raise UsageError(f"--expect-duration: {value:g}s is out of range "
+                                 f"(each end {EXPECTED.text()})")
 
     def zone(self) -> tuple[str | None, str]:
         """The schedule's zone (None: the host's) and where it was set."""
@@ -175,11 +190,17 @@ def run_options(v: Mapping[str, Any]) -> RunOptions:
         output_tail=parse_size(v["output_tail"], option="--output-tail"),
         output_on_failure=v["output_on_failure"], leave_descendants=v["leave_descendants"],
         retries=v["retries"], retry_delay=parse_duration(v["retry_delay"], option="--retry-delay"),
+        **_expected(v["expect_duration"]),
         notify=NotifyOptions(
             on_failure=v["on_failure"], on_success=v["on_success"],
-            on_recovery=v["on_recovery"],
+            on_recovery=v["on_recovery"], on_slow=v["on_slow"],
             hook_timeout=parse_duration(v["hook_timeout"], option="--hook-timeout"),
             ping_url=v["ping_url"], event_log=v["event_log"]))
+
+
+def _expected(text: str | None) -> dict[str, float | None]:
+    low, high = (None, None) if text is None else parse_expected(text)
+    return {"expect_min": low, "expect_max": high}
 
 
 def _optional_duration(text: str | None, option: str) -> float | None:

@@ -11,7 +11,7 @@ import os
 import random
 import signal
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
 
@@ -34,6 +34,7 @@ from pglock.settings.config import shown
 if TYPE_CHECKING:
     from pglock.errors import PglockError as NotStarted
     from pglock.run.child import Child
+    from pglock.run.expected import SlowWatch
     from pglock.run.reentrant import Inherited
     from pglock.run.watchdog import Watchdog
 
@@ -109,6 +110,8 @@ class Slot:
     sent: float = 0.0
     # The job's last outcome before this slot's first attempt: what a recovery is from.
     before: str | None = None
+    # Each attempt's watch for --expect-duration's MAX: its --on-slow may still run.
+    watches: list[SlowWatch] = field(default_factory=list)
 
     @classmethod
     def open(cls, options: RunOptions, conninfo: str, scheduled: ledger.Scheduled | None,
@@ -132,6 +135,9 @@ class Slot:
         return cls(options, session, claim, gate, notifier, scheduled)
 
     def close(self) -> None:
+        # An --on-slow hook still running ends (or is killed at --hook-timeout) first.
+        for watch in self.watches:
+            watch.join(self.options.notify.hook_timeout + self.options.connect_timeout + 1.0)
         # Held back since a winning acquire: delivered now if nothing forked (a bug).
         self.gate.unblock()
         self.session.close()
@@ -324,6 +330,8 @@ class Slot:
         from pglock.run import keeping
 
         heartbeat, watchdog = self.keepers(child)
+        if self.options.expect_max is not None:
+            self.watch_slow(heartbeat, run)
         # What start-up built lives as long as pglock: the collector leaves it alone
         # from now on (runline.main held the collector off until here).
         gc.freeze()
@@ -351,7 +359,22 @@ class Slot:
         self.gate.child = None
         if capture is not None:
             capture.release(failed=result.outcome is not Outcome.SUCCEEDED)
+        if self.options.expect_min is not None or self.options.expect_max is not None:
+            from pglock.run.expected import judged
+
+            result, _ = judged(result, self.options.expect_min, self.options.expect_max)
         return self.ended(run, result, code)
+
+    def watch_slow(self, heartbeat: Heartbeat, run: ledger.StartedRun) -> None:
+        """Have the heartbeat tell once when this attempt passes --expect-duration's MAX."""
+        from pglock.run.environment import command_environment
+        from pglock.run.expected import SlowWatch
+
+        assert self.options.expect_max is not None
+        watch = SlowWatch(self.session, self.claim, self.notifier, self.options.expect_max)
+        watch.arm(heartbeat, run.id,
+                  command_environment(self.options, self.claim, run.id, run.attempt))
+        self.watches.append(watch)
 
     def keepers(self, child: Child) -> tuple[Heartbeat, Watchdog | None]:
         """The renewal thread, and (with --on-lost kill) the watchdog process beside it."""

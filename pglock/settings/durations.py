@@ -53,6 +53,9 @@ DURATIONS: dict[str, Bounds] = {
     "--interval": Bounds(0.5, HOUR),
     "--retry-delay": Bounds(0, DAY),
 }
+# Either end of --expect-duration MIN..MAX (a range, so not in DURATIONS, whose options
+# each take one duration).
+EXPECTED = Bounds(0, 366 * DAY)
 # Sizes and counts, likewise.
 OUTPUT_TAIL = Bounds(0, 1024**2)
 HISTORY_LIMIT = Bounds(1, 100_000)
@@ -92,6 +95,25 @@ def parse_duration(text: str, *, option: str = "duration") -> float:
     if bounds is not None and not (math.isfinite(seconds) and bounds.admits(seconds)):
         raise UsageError(f"{option}: {text.strip()} is out of range ({bounds.text()})")
     return seconds
+
+
+def parse_expected(text: str, *, option: str = "--expect-duration",
+                   ) -> tuple[float | None, float | None]:
+    """`MIN..MAX` as (MIN, MAX) seconds, either side optional (`5m..`, `..1h`), not both."""
+    low, dots, high = text.strip().partition("..")
+    if not dots or not (low.strip() or high.strip()):
+        raise UsageError(f"{option}: {text!r} is not a range (examples: 30s..5m, 1m.., ..2h)")
+    bounds = (None if not low.strip() else parse_duration(low, option=option),
+              None if not high.strip() else parse_duration(high, option=option))
+    for end in bounds:
+        if end is not None and not (math.isfinite(end) and EXPECTED.admits(end)):
+            raise UsageError(f"{option}: {text.strip()} is out of range (each end "
+                             f"{EXPECTED.text()})")
+    if bounds[0] is not None and bounds[1] is not None and bounds[0] > bounds[1]:
+        raise UsageError(f"{option}: {text.strip()}: MIN is above MAX")
+    if bounds[1] == 0:
+        raise UsageError(f"{option}: MAX must be more than 0")
+    return bounds
 
 
 def check_count(value: int, option: str, bounds: Bounds) -> int:

@@ -37,9 +37,11 @@ def due(missed: int = 0) -> jobs.Due:
 def job(name: str = "sync", *, lock: jobs.Lock | None = None, run_open: bool = False,
         last_run: jobs.LastRun | None = None, due: jobs.Due | None = None,
         note: str | None = None, failures: int = 0, dead: jobs.Dead | None = None,
-        **fields: Any) -> jobs.Job:
+        slow_after: float | None = None, **fields: Any) -> jobs.Job:
     lock_state, state, problems = jobs.classify(NOW, lock, run_open, last_run, due, note,
-                                                dead=dead is not None)
+                                                dead=dead is not None,
+                                                slow=slow_after is not None,
+                                                paused=fields.get("pause") is not None)
     values: dict[str, Any] = {
         "name": name, "now": NOW, "lock": lock, "run_open": run_open, "last_run_id": 42,
         "last_started_at": NOW - timedelta(minutes=3), "last_holder": "web-1",
@@ -47,6 +49,7 @@ def job(name: str = "sync", *, lock: jobs.Lock | None = None, run_open: bool = F
         "consecutive_failures": failures,
         "schedule": "*/5 * * * *" if due or note else None, "timezone": "UTC",
         "last_slot": None, "due": due, "schedule_note": note, "lock_state": lock_state,
-        "state": state, "problems": problems, "dead": dead}
+        "state": state, "problems": problems, "dead": dead,
+        "slow_after": slow_after}
     values.update(fields)
     return jobs.Job(**values)

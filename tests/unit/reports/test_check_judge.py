@@ -59,7 +59,7 @@ def test_the_summary_counts_each_problem_and_the_ok_jobs() -> None:
     assert report.status is PluginStatus.CRITICAL
     lines = check.render_text(report).splitlines()
     assert lines[0] == ("PGLOCK CRITICAL - 3 jobs: 1 failed, 1 overdue, 1 stale, 1 ok "
-                        "| jobs=3 ok=1 dead=0 failed=1 overdue=1 paused=0 stale=1")
+                        "| jobs=3 ok=1 dead=0 failed=1 overdue=1 paused=0 slow=0 stale=1")
     assert lines[1].startswith("CRITICAL: b: last run failed (exit 1), 2m00s ago; overdue: ")
     assert lines[2].startswith("CRITICAL: c: run 42 is marked running")
 
@@ -77,7 +77,7 @@ def test_one_job_asked_for_is_shown_even_when_ok() -> None:
 def test_no_jobs_is_ok_and_a_job_never_seen_is_unknown() -> None:
     empty = jobs.Snapshot(NOW, [])
     assert check.render_text(check.evaluate(empty, DEFAULT)) == (
-        "PGLOCK OK - 0 jobs: 0 ok | jobs=0 ok=0 dead=0 failed=0 overdue=0 paused=0 stale=0")
+        "PGLOCK OK - 0 jobs: 0 ok | jobs=0 ok=0 dead=0 failed=0 overdue=0 paused=0 slow=0 stale=0")
     report = check.evaluate(empty, DEFAULT, "nobody")
     assert (report.status, check.render_text(report)) == (
         PluginStatus.UNKNOWN, "PGLOCK UNKNOWN - no job named 'nobody' has run")
@@ -99,3 +99,27 @@ def test_plugin_statuses_are_the_nagios_codes_each_with_its_meaning() -> None:
     assert [(int(s), s.name) for s in PluginStatus] == [
         (0, "OK"), (1, "WARNING"), (2, "CRITICAL"), (3, "UNKNOWN")]
     assert all(s.meaning.startswith(s.name + ":") for s in PluginStatus)
+
+
+@pytest.mark.parametrize(("over_by", "thresholds", "status"), [
+    (0.0, Thresholds(), PluginStatus.WARNING),
+    (3600.0, Thresholds(), PluginStatus.WARNING),
+    (60.0, Thresholds(slow_warning=120.0), PluginStatus.OK),
+    (180.0, Thresholds(slow_warning=120.0), PluginStatus.WARNING),
+    (180.0, Thresholds(slow_critical=180.0), PluginStatus.CRITICAL),
+])
+def test_a_slow_run_is_judged_by_how_far_past_its_max(over_by: float, thresholds: Thresholds,
+                                                     status: PluginStatus) -> None:
+    # The factory's run started 3 minutes before NOW.
+    built = job(lock=lock(), run_open=True, slow_after=180.0 - over_by)
+    verdict = check.judge(built, thresholds, NOW)
+    assert verdict.status is status
+    if status is not PluginStatus.OK:
+        assert verdict.reasons[0].startswith("slow: run 42 on web-1 has run ")
+        assert verdict.reasons[0].endswith("(--expect-duration; pglock status --job sync)")
+
+
+def test_slow_thresholds_out_of_order_are_refused() -> None:
+    with pytest.raises(UsageError) as raised:
+        Thresholds(slow_warning=600.0, slow_critical=60.0).validate()
+    assert str(raised.value) == "--slow-warning (10m00s) is above --slow-critical (1m00s)"

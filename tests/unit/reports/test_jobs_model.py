@@ -8,6 +8,7 @@ from typing import Any
 import pytest
 
 from pglock.cli import screens
+from pglock.lock import ledger
 from pglock.lock.ledger import Outcome
 from pglock.reports import check, jobs
 from pglock.reports.jobs import Problem, State
@@ -87,7 +88,7 @@ def test_each_problem_has_a_weight_and_a_reason() -> None:
     assert set(check.REASONS) == set(Problem)
     assert all(isinstance(problem.weight, jobs.Weight) for problem in Problem)
     assert sorted(p for p in Problem if p.counted) == [P.DEAD, P.FAILED, P.OVERDUE, P.PAUSED,
-                                                        P.STALE]
+                                                        P.SLOW, P.STALE]
     assert P.DEAD.weight is jobs.Weight.CRITICAL
 
 
@@ -113,7 +114,8 @@ def test_the_row_factory_builds_a_job_from_named_columns() -> None:
         "next_slot": None, "paused_at": None, "paused_by": None, "pause_reason": None,
         "paused_until": None, "paused_everywhere": None, "last_attempt": 2,
         "attempt_limit": 3, "dead_slot": None, "dead_attempts": None, "dead_error": None,
-        "unlisted": None, "listed": True, "seats_used": None, "seat_limit": None}
+        "unlisted": None, "listed": True, "seats_used": None, "seat_limit": None,
+        "run_note": None}
     assert set(row) == set(jobs.COLUMNS)
     built = jobs._from_row(NOW, tuple(row[name] for name in jobs.COLUMNS))
     assert (built.name, built.state, built.problems) == ("sync", State.RUNNING, (P.FAILED,))
@@ -139,3 +141,21 @@ def test_a_dead_slot_comes_from_its_columns_and_a_pause_hides_it() -> None:
     assert check.REASONS[P.DEAD](built, NOW) == (
         f"dead: slot {slot.isoformat()} failed after 3 attempts: disk full "
         "(pglock replay --job sync --reason ...)")
+
+
+def test_a_running_run_its_holder_noted_slow_is_slow_until_its_holder_vanishes() -> None:
+    note = ledger.slow_note(120)
+    held, gone = lock(), lock(expires_in=-1)
+    assert jobs.classify(NOW, held, True, None, None, slow=True) == (
+        State.RUNNING, State.SLOW, (P.SLOW,))
+    # Stale wins: nobody is there to be slow.
+    assert jobs.classify(NOW, gone, True, None, None, slow=True) == (
+        State.STALE, State.STALE, (P.STALE,))
+    # Overdue outranks slow (a run that outlasts its interval), slow stays a problem.
+    assert jobs.classify(NOW, held, True, None, due(1), slow=True)[1:] == (
+        State.OVERDUE, (P.OVERDUE, P.SLOW))
+    built = job(lock=held, run_open=True, slow_after=ledger.slow_limit(note))
+    assert built.slow_after == 120.0
+    # Started 3 minutes ago (the factory's last_started_at): a minute past its 2m.
+    assert built.slow_for == 60.0 and built.running_since == NOW - timedelta(minutes=3)
+    assert job(lock=held, run_open=True).slow_for is None

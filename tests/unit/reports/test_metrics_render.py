@@ -2,6 +2,8 @@
 
 from __future__ import annotations
 
+from datetime import timedelta
+
 from prometheus_client.parser import text_string_to_metric_families
 
 from pglock.reports import jobs, metrics
@@ -50,7 +52,56 @@ def test_each_family_once_with_a_sample_per_job_that_has_a_value() -> None:
 def test_no_jobs_still_declares_every_family() -> None:
     text = metrics.render(jobs.Snapshot(NOW, []))
     names = {f.name for f in text_string_to_metric_families(text)}
-    assert {f.name for f in metrics.FAMILIES} | {"pglock_job_runs"} == names
+    assert {f.name for f in metrics.FAMILIES} | {
+        "pglock_job_runs", "pglock_job_state", "pglock_job_duration_seconds",
+        "pglock_job_runs_outside_expected", "pglock_metrics_timestamp_seconds"} == names
+
+
+def test_the_new_series_of_a_slow_run_a_pause_and_the_history() -> None:
+    pause = jobs.Pause(NOW - timedelta(days=2), "ops", "disk swap", NOW + timedelta(hours=1),
+                       False)
+    snapshot = jobs.Snapshot(NOW, [
+        job("slow", lock=lock(), run_open=True, slow_after=60.0),
+        job("calm", lock=lock(), run_open=True),
+        job("off", last_run=last(), pause=pause)])
+    durations = {"calm": metrics.Durations(
+        (0, 1, 1, 2, 2, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3, 3), 4, 400.25, below=1, above=1)}
+    text = metrics.render(metrics.Exposition(snapshot, durations))
+    found = samples(text)
+
+    def value(name: str, job_name: str | None, **labels: str) -> float | None:
+        tags = labels if job_name is None else {"job": job_name, **labels}
+        return found.get((name, tuple(sorted(tags.items()))))
+
+    assert value("pglock_job_slow", "slow") == 1 and value("pglock_job_slow", "calm") == 0
+    assert value("pglock_job_state", "slow", state="slow") == 1
+    assert value("pglock_job_state", "slow", state="running") == 0
+    assert value("pglock_job_state", "calm", state="running") == 1
+    assert value("pglock_job_state", "off", state="paused") == 1
+    assert sum(v for (n, tags), v in found.items()
+               if n == "pglock_job_state" and ("job", "off") in tags) == 1
+    started = (NOW - timedelta(minutes=3)).timestamp()
+    assert value("pglock_job_running_since_timestamp_seconds", "slow") == started
+    assert value("pglock_job_running_since_timestamp_seconds", "off") is None
+    assert value("pglock_job_paused_since_timestamp_seconds", "off") == pause.paused_at.timestamp()
+    assert value("pglock_job_paused_until_timestamp_seconds", "off") == NOW.timestamp() + 3600
+    assert value("pglock_job_duration_seconds_bucket", "calm", le="1.0") == 1
+    assert value("pglock_job_duration_seconds_bucket", "calm", le="86400.0") == 3
+    assert value("pglock_job_duration_seconds_bucket", "calm", le="+Inf") == 4
+    assert value("pglock_job_duration_seconds_count", "calm") == 4
+    assert value("pglock_job_duration_seconds_sum", "calm") == 400.25
+    # A job with no finished run has its histogram at zero, so increase() sees its first.
+    assert value("pglock_job_duration_seconds_bucket", "slow", le="+Inf") == 0
+    assert value("pglock_job_runs_outside_expected_total", "calm", bound="max") == 1
+    assert value("pglock_job_runs_outside_expected_total", "slow", bound="min") == 0
+    assert value("pglock_metrics_timestamp_seconds", None) == NOW.timestamp()
+
+
+def test_the_buckets_rise_from_a_second_to_a_day() -> None:
+    assert list(metrics.BUCKETS) == sorted(set(metrics.BUCKETS))
+    assert metrics.BUCKETS[0] <= 1 and metrics.BUCKETS[-1] == 86400
+    # Each bound at most 3x the one below: a quantile is never off by more than that.
+    assert all(b / a <= 3 for a, b in zip(metrics.BUCKETS, metrics.BUCKETS[1:], strict=False))
 
 
 def test_label_values_are_escaped() -> None:
