@@ -84,6 +84,8 @@ WHERE (%(job)s::text IS NULL OR job = %(job)s OR job IS NULL)
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC LIMIT %(limit)s
 """
+# A job's first run: no slot before it counts as missed.
+FIRST_RUN = "SELECT min(started_at) FROM {schema}.runs WHERE job = %(job)s"
 OUTPUT = "SELECT job, output_tail FROM {schema}.runs WHERE id = %(id)s"
 
 # Bounds of what one page draws.
@@ -210,6 +212,7 @@ def calendar(conn: psycopg.Connection[Any], schema_name: str, days: int, *,
         found: dict[Any, dict[str, int]] = {d: {} for d in dates}
         dead: dict[Any, int] = {}
         ran: dict[Any, int] = {}
+        since = now
         if schema.readable(conn, schema_name):
             params = {"since": first, "job": job}
             for day, outcome, count in conn.execute(schema.query(DAYS, schema_name), params):
@@ -218,14 +221,17 @@ def calendar(conn: psycopg.Connection[Any], schema_name: str, days: int, *,
             if plan is not None:
                 ran = dict(conn.execute(schema.query(SLOTS_RUN, schema_name),
                                         params).fetchall())
-    expected = _fires_by_day(plan, first, now) if plan is not None else {}
+                row = conn.execute(schema.query(FIRST_RUN, schema_name), params).fetchone()
+                since = max(first, row[0]) if row and row[0] else now
+    expected = _fires_by_day(plan, since, now) if plan is not None else {}
     return [Day(datetime.combine(d, datetime.min.time(), UTC), found.get(d, {}),
                 dead.get(d, 0), max(0, expected.get(d, 0) - ran.get(d, 0)))
             for d in dates]
 
 
 def _fires_by_day(plan: Any, first: datetime, now: datetime) -> dict[Any, int]:
-    """Fire times of the schedule from `first` until a grace before now, by day (UTC)."""
+    """Fire times of the schedule from `first` (the window's start, or the job's first run)
+    until a grace before now, by day (UTC)."""
     from pglock.settings import schedule
 
     counts: dict[Any, int] = {}
