@@ -32,10 +32,23 @@ def fleet(dsn: str, tmp_path_factory: pytest.TempPathFactory,
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
+# Every pool a test made, closed after it (an open connection left to the collector is a
+# ResourceWarning, an error here).
+POOLS: list[Pool] = []
+
+
+@pytest.fixture(autouse=True)
+def _pools_closed() -> Iterator[None]:
+    yield
+    while POOLS:
+        POOLS.pop().close()
+
+
 def client(env: Env, auth: Auth | None = None, *, actions: bool = False,
            conninfo: str | None = None) -> TestClient:
     """The application over the schema, called in process."""
     pool = Pool(conninfo or env.dsn, timeout=3)
+    POOLS.append(pool)
     site = Site(pool, env.schema, "test-db", auth or Auth(), actions)
     return TestClient(build(site), raise_server_exceptions=True)
 
