@@ -4,8 +4,12 @@ SIGINT or SIGTERM."""
 
 from __future__ import annotations
 
+import contextlib
+import signal
 import socket
 import sys
+import threading
+from collections.abc import Iterator
 from typing import NamedTuple
 
 import uvicorn
@@ -41,7 +45,7 @@ def serve(sock: socket.socket, options: Options) -> int:
                                 server_header=False, proxy_headers=False, lifespan="off",
                                 timeout_graceful_shutdown=5)
         try:
-            uvicorn.Server(config).run(sockets=[sock])
+            _Server(config).run(sockets=[sock])
         finally:
             pool.close()
     return 0
@@ -60,3 +64,22 @@ def announcement(sock: socket.socket, site: Site, local: bool) -> str:
              "reachable from the network: every job is readable by whoever reaches it")
     return (f"pglock serve: listening on http://{shown}:{port}/ ({reach}; {mode}); "
             f"reading {site.place}, schema {site.schema!r}")
+
+
+class _Server(uvicorn.Server):
+    """uvicorn's server, but a SIGTERM or SIGINT ends it as a finished command: after its
+    graceful shutdown, pglock returns (leaving the embedded server, closing connections)
+    instead of uvicorn raising the signal again, which would kill it on the spot."""
+
+    @contextlib.contextmanager
+    def capture_signals(self) -> Iterator[None]:
+        if threading.current_thread() is not threading.main_thread():
+            yield
+            return
+        kept = {sig: signal.signal(sig, self.handle_exit)
+                for sig in (signal.SIGINT, signal.SIGTERM)}
+        try:
+            yield
+        finally:
+            for sig, handler in kept.items():
+                signal.signal(sig, handler)
