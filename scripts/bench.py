@@ -1219,6 +1219,81 @@ def bench_status(stack: contextlib.ExitStack, tmp: Path, runs: int, rows: int) -
         where_time_goes(figures[name], env, tmp)
 
 
+# ---------------------------------------------------------------- serve
+
+# The dashboard's pages (pglock serve) on the status section's fleet: each within 1 s.
+SERVE_LIMIT = 1.0
+SERVE_PAGES = {
+    "serve fleet page": "/",
+    "serve job page": f"/job?name={BUSY_JOB}",
+    "serve fleet JSON": "/api/fleet",
+    "serve timeline 1h": "/timeline?range=1h",
+    "serve calendar 30d": f"/calendar?job={BUSY_JOB}",
+}
+SERVE_TARGETS = ("serve fleet page", "serve job page")
+
+
+def _get(url: str) -> tuple[float, int, int]:
+    """Seconds, status and size of one GET, as a browser's request (a new connection)."""
+    import urllib.error
+    import urllib.request
+
+    started = time.perf_counter()
+    try:
+        with urllib.request.urlopen(url, timeout=120) as response:
+            size, status = len(response.read()), response.status
+    except urllib.error.HTTPError as error:
+        size, status = len(error.read()), error.code
+    return time.perf_counter() - started, status, size
+
+
+def bench_serve(stack: contextlib.ExitStack, tmp: Path, runs: int, rows: int) -> None:
+    """`pglock serve` over 10,000 jobs and `rows` runs (the status section's fill)."""
+    import socket
+    import urllib.request
+
+    conninfo = stack.enter_context(throwaway_server(tmp / "pg-serve", STATUS_SETTINGS))
+    started = time.perf_counter()
+    fill_status(conninfo, rows)
+    print(f"serve server: fill of {rows:,} history rows took {time.perf_counter() - started:.1f} s")
+    print(f"  {status_counts(conninfo)}")
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
+    server = subprocess.Popen([PGLOCK, "serve", "--listen", f"127.0.0.1:{port}", "-q"], env=env,
+                              stdin=subprocess.DEVNULL, stderr=subprocess.PIPE)
+    stack.callback(stop_process, server)
+    base = f"http://127.0.0.1:{port}"
+    deadline = time.monotonic() + 60
+    while True:
+        try:
+            urllib.request.urlopen(base + "/static/pglock.css", timeout=5).close()
+            break
+        except OSError as error:
+            if time.monotonic() > deadline or server.poll() is not None:
+                raise BenchError(f"pglock serve did not answer: {error}") from None
+            time.sleep(0.1)
+    for path in SERVE_PAGES.values():  # warm-up: the pool's connections, the templates
+        _get(base + path)
+    times: dict[str, list[float]] = {name: [] for name in SERVE_PAGES}
+    sizes: dict[str, int] = {}
+    for _ in range(runs):
+        for name, path in SERVE_PAGES.items():
+            seconds, status, sizes[name] = _get(base + path)
+            if status != 200:
+                raise BenchError(f"{name}: GET {path} answered {status}")
+            times[name].append(seconds)
+    for name, samples in times.items():
+        target = name in SERVE_TARGETS
+        passed = statistics.median(samples) <= SERVE_LIMIT
+        report(name, samples, budget=f"<= {SERVE_LIMIT * 1000:.0f} ms" if target else "",
+               note=f"{sizes[name]:,} bytes" + ("  PASS" if target and passed else
+                                                "  MISS" if target else ""))
+        if target:
+            VERDICTS.append((name, passed))
+
+
 # ---------------------------------------------------------------- main
 
 
@@ -1233,7 +1308,7 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer iterations, for smoke use")
     parser.add_argument("--only", action="append", metavar="SECTION",
                         help="run only these sections: statements, run, dislock, notify, "
-                             "embedded, package, startup, imports, memory, herd, status "
+                             "embedded, package, startup, imports, memory, herd, status, serve "
                              "(repeatable)")
     return parser.parse_args()
 
@@ -1285,6 +1360,7 @@ def main() -> int:
             ("memory", lambda: bench_memory(conninfo, floor)),
             ("herd", lambda: bench_herds(stack, tmp, size)),
             ("status", lambda: bench_status(stack, tmp, runs, rows)),
+            ("serve", lambda: bench_serve(stack, tmp, runs, rows)),
         ]
         for name, section in sections:
             if args.only and name not in args.only:

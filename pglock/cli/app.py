@@ -312,8 +312,10 @@ def full_app() -> typer.Typer:
     import importlib
 
     # In this order, the order of `pglock --help`: the on-call commands before monitoring.
+    # `serve` lives in the wing above this one (pglock/serve/, docs/development.md): it
+    # registers here by name, as the others do, and imports its web stack only when run.
     for module in ("pglock.cli.operator", "pglock.cli.control", "pglock.cli.monitor",
-                   "pglock.cli.jobs", "pglock.cli.doctor"):
+                   "pglock.cli.jobs", "pglock.cli.doctor", "pglock.serve.command"):
         importlib.import_module(module)
     return app
 
@@ -345,7 +347,7 @@ def _name(info: typer.models.CommandInfo) -> str:
 
 
 USAGE = ("usage: pglock COMMAND [OPTIONS] (run, init, status, history, clear, prune, check, "
-         "metrics, crontab, jobs); see 'pglock --help'")
+         "metrics, crontab, jobs, serve); see 'pglock --help'")
 
 
 def _undecodable_argument(command: typer.core.TyperCommand | typer.core.TyperGroup,

@@ -14,8 +14,10 @@ import pytest
 
 PACKAGE = Path(__file__).resolve().parents[2] / "pglock"
 
-# Top first: a wing may import its own modules and those of the wings below it.
-LAYERS = ("cli", "operate", "reports", "run", "lock", "db", "settings")
+# Top first: a wing may import its own modules and those of the wings below it. `serve`
+# (the dashboard) sits above `cli`: its JSON is the command line's (cli/screens.py), and
+# nothing but `pglock serve` pays for its web stack.
+LAYERS = ("serve", "cli", "operate", "reports", "run", "lock", "db", "settings")
 # Importable from everywhere, importing nothing of pglock: the version, the exit statuses
 # and exceptions.
 BASE = {"pglock", "pglock.errors"}

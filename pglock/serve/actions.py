@@ -1,0 +1,126 @@
+"""The dashboard's actions (with --allow-actions): pause, resume, stop, replay, clear.
+
+Each is refused unless actions are on, the user is identified (auth configured), the
+form carries the user's CSRF token, and a reason is given; then it is the operator
+command's own core function (operate/), writing its audit row under the web user's name.
+The database role has the last word: a reader's connection is refused by the server.
+There is no "run now": pglock runs on the hosts' cron (replay re-opens a dead slot).
+"""
+
+from __future__ import annotations
+
+import socket
+from typing import Any
+from urllib.parse import parse_qs, urlsplit
+
+import psycopg
+from starlette.concurrency import run_in_threadpool
+from starlette.requests import Request
+from starlette.responses import Response
+
+from pglock.errors import NothingDone
+from pglock.operate import admin, control
+from pglock.reports import status
+from pglock.serve.site import Denied, Site, page
+from pglock.settings.config import check_job
+
+ACTIONS = ("pause", "resume", "stop", "replay", "clear")
+MOST_FORM = 16 * 1024
+MOST_REASON = 500
+
+
+def by(user: str) -> str:
+    """Who the audit row names: the web user, on this host, through the dashboard."""
+    return f"{user}@{socket.gethostname()} (pglock serve)"
+
+
+def _form(request: Request, body: bytes) -> dict[str, str]:
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise Denied(415, "an action is a form post (application/x-www-form-urlencoded)")
+    if len(body) > MOST_FORM:
+        raise Denied(413, "the form is too large")
+    try:
+        fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
+    except UnicodeError:
+        raise Denied(400, "the form is not UTF-8") from None
+    return {name: values[0] for name, values in fields.items()}
+
+
+def _same_origin(request: Request) -> None:
+    """A browser says where a post comes from: refuse another site's (the token would
+    refuse it too; this says why)."""
+    origin = request.headers.get("origin")
+    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
+        raise Denied(403, "refused: the form was posted from another site")
+    if request.headers.get("sec-fetch-site") == "cross-site":
+        raise Denied(403, "refused: the form was posted from another site")
+
+
+def checked(request: Request, body: bytes) -> tuple[str, dict[str, str]]:
+    """The user and the form of an action that passed every check before the database."""
+    site: Site = request.app.state.site
+    if not site.allow_actions:
+        raise Denied(403, "actions are off: this dashboard is read-only (pglock serve "
+                          "--allow-actions turns them on)")
+    user = request.scope.get("pglock.user")
+    if not user:
+        raise Denied(403, "actions need a user: start pglock serve with --users FILE or "
+                          "--auth-header NAME")
+    _same_origin(request)
+    form = _form(request, body)
+    if not site.auth.token_ok(user, form.get("csrf")):
+        raise Denied(403, "refused: the form's CSRF token is missing or stale (reload the "
+                          "page)")
+    if form.get("action") not in ACTIONS:
+        raise Denied(400, f"action: one of {', '.join(ACTIONS)}")
+    reason = " ".join(form.get("reason", "").split())
+    if not reason:
+        raise Denied(400, "a reason is required: say why, for the audit log")
+    if len(reason) > MOST_REASON:
+        raise Denied(400, f"the reason is longer than {MOST_REASON} characters")
+    return user, {**form, "reason": reason, "job": check_job(form.get("job", ""))}
+
+
+async def act(request: Request) -> Response:
+    """POST /action: do it, and say what was done (or why not) in one line."""
+    body = await request.body()
+    user, form = checked(request, body)
+    said = await run_in_threadpool(perform, request.app.state.site, form, by(user))
+    return page(request, "done.html", job=form["job"], action=form["action"], said=said)
+
+
+def perform(site: Site, form: dict[str, str], who: str) -> str:
+    """The action on the database; the line that says what it did."""
+    job, reason, action = form["job"], form["reason"], form["action"]
+    with site.pool.connection() as conn:
+        if action == "pause":
+            control.pause(conn, site.schema, [job], every=False, reason=reason, until=None,
+                          by=who)
+            return f"paused {job}: every host skips it until resumed"
+        if action == "resume":
+            done = control.resume(conn, site.schema, [job], every=False, reason=reason, by=who)
+            if not done.resumed:
+                raise NothingDone(f"job {job!r} was not paused; nothing to resume")
+            return f"resumed {job}"
+        if action == "stop":
+            asked = control.stop(conn, site.schema, job, reason=reason, by=who)
+            return (f"asked {asked.holder}:{asked.holder_pid} to stop {job}; it stops its "
+                    "command at its next renewal")
+        if action == "replay":
+            replayed = control.replay(conn, site.schema, job, slot=None, reason=reason, by=who)
+            return (f"replaying slot {replayed.slot.isoformat()} of {job}: attempts "
+                    f"{replayed.first_attempt} to {replayed.last_attempt}, made by the next "
+                    "run on any host")
+        return _clear(site, conn, job, reason, who)
+
+
+def _clear(site: Site, conn: psycopg.Connection[Any], job: str, reason: str, who: str) -> str:
+    shown = status.one(conn, site.schema, job)
+    if shown is None or shown.holding is None:
+        raise NothingDone(f"job {job!r} holds no lock; nothing to clear")
+    done = admin.clear(conn, site.schema, shown, reason=reason, now=False, by=who)
+    if done is None:
+        raise NothingDone(f"the lock of {job!r} changed hands meanwhile; look again")
+    return (f"cleared {job} from {done.lock.holder}:{done.lock.holder_pid}; free for others "
+            f"in {done.free_in:.0f}s")

@@ -1,0 +1,142 @@
+"""`pglock serve` as a process: where it listens and says so, what it refuses at start,
+a DSN's password kept out of pages and logs, and `pglock run` paying nothing for it."""
+
+from __future__ import annotations
+
+import signal
+import socket
+import subprocess
+import sys
+import time
+import urllib.error
+import urllib.request
+from collections.abc import Iterator
+from contextlib import contextmanager
+
+import pytest
+from conftest import Env, one_line
+
+STACK = ("starlette", "uvicorn", "jinja2", "markupsafe", "anyio", "h11", "pglock.serve")
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+@contextmanager
+def serving(env: Env, *args: str) -> Iterator[tuple[str, subprocess.Popen[str], str]]:
+    """A real `pglock serve` on a free port: its URL, the process, its first line."""
+    port = free_port()
+    process = env.popen("serve", "--listen", f"127.0.0.1:{port}", *args)
+    try:
+        assert process.stderr is not None
+        line = process.stderr.readline()
+        while line.startswith("pglock: "):  # -v says more before it
+            line = process.stderr.readline()
+        assert line.startswith("pglock serve: listening"), (line, process.poll())
+        url = f"http://127.0.0.1:{port}"
+        deadline = time.monotonic() + 20
+        while True:
+            try:
+                urllib.request.urlopen(url + "/static/pglock.css", timeout=5).close()
+                break
+            except OSError:
+                assert time.monotonic() < deadline, "the server did not answer"
+                time.sleep(0.05)
+        yield url, process, line
+    finally:
+        if process.poll() is None:
+            process.send_signal(signal.SIGTERM)
+        process.communicate(timeout=30)
+
+
+def fetch(url: str) -> tuple[int, str]:
+    try:
+        with urllib.request.urlopen(url, timeout=30) as response:
+            return response.status, response.read().decode()
+    except urllib.error.HTTPError as error:
+        return error.code, error.read().decode()
+
+
+def test_it_listens_on_the_loopback_says_so_and_stops_on_sigterm(env: Env) -> None:
+    assert env.run("run", "--job", "hello", "--", "true").returncode == 0
+    with serving(env) as (url, process, line):
+        assert "(this host only; read-only)" in line and url in line
+        status, page = fetch(url + "/")
+        assert status == 200 and "hello" in page
+        assert fetch(url + "/api/fleet")[0] == 200
+        process.send_signal(signal.SIGTERM)
+        assert process.wait(timeout=30) == 0
+
+
+def test_the_dsns_password_reaches_no_page_and_no_log(env: Env) -> None:
+    dsn = f"{env.dsn} password=sekrit-pw"
+    assert env.run("run", "--job", "hello", "--", "true").returncode == 0
+    with serving(env, "--dsn", dsn, "-v") as (url, process, line):
+        pages = [fetch(url + path)[1] for path in ("/", "/api/fleet", "/job?name=hello",
+                                                    "/job?name=nope", "/audit")]
+        process.send_signal(signal.SIGTERM)
+        _, err = process.communicate(timeout=30)
+    assert all("sekrit" not in text for text in [*pages, line, err])
+
+
+def test_a_database_it_cannot_reach_is_one_line_at_start(env: Env) -> None:
+    done = env.run("serve", "--listen", f"127.0.0.1:{free_port()}", "--dsn",
+                   "host=127.0.0.1 port=1 password=sekrit-pw", "--connect-timeout", "1s")
+    assert done.returncode == 125
+    assert "sekrit" not in done.stderr and one_line(done.stderr).startswith("pglock: ")
+
+
+@pytest.mark.parametrize(("args", "line"), [
+    (["--allow-actions"], "pglock: --allow-actions needs a user for the audit log: --users "
+                          "FILE or --auth-header NAME (docs/serve.md)"),
+    (["--users", "/nonexistent", "--auth-header", "X-User"],
+     "pglock: --users and --auth-header: one source of users at a time"),
+    (["--listen", "nowhere"], "pglock: --listen: 'nowhere' is not HOST:PORT (e.g. "
+                              "127.0.0.1:8434)"),
+    (["--users", "/nonexistent"], "pglock: --users: cannot read '/nonexistent': No such file "
+                                  "or directory"),
+    (["--trusted-proxy", "10.0.0.1"], "pglock: --trusted-proxy goes with --auth-header"),
+])
+def test_bad_options_are_refused_at_start(env: Env, args: list[str], line: str) -> None:
+    done = env.run("serve", *args)
+    assert (done.returncode, one_line(done.stderr)) == (2, line)
+
+
+def test_a_port_taken_is_one_line(env: Env) -> None:
+    with socket.socket() as taken:
+        taken.bind(("127.0.0.1", 0))
+        taken.listen()
+        port = taken.getsockname()[1]
+        done = env.run("serve", "--listen", f"127.0.0.1:{port}")
+    assert done.returncode == 2
+    assert one_line(done.stderr) == (f"pglock: --listen: cannot listen on 127.0.0.1:{port}: "
+                                     "Address already in use")
+
+
+def test_hash_password_prints_a_users_line(env: Env) -> None:
+    from pglock.serve.auth import verify
+
+    with env.popen("serve", "--hash-password", "alice", stdin=subprocess.PIPE) as process:
+        out, _ = process.communicate("pw\n", timeout=60)
+    assert process.returncode == 0 and out.startswith("alice:scrypt$")
+    assert verify("pw", out.strip().split(":", 1)[1])
+
+
+def _imported(*argv: str, env: Env) -> set[str]:
+    """Top-level and pglock modules a pglock process imported (python -X importtime)."""
+    done = subprocess.run([sys.executable, "-X", "importtime", "-m", "pglock", *argv],
+                          env=env.env, capture_output=True, text=True, timeout=60, check=False)
+    names = {line.split("|")[-1].strip() for line in done.stderr.splitlines()
+             if line.startswith("import time:")}
+    return {name for name in names if name.split(".")[0] in STACK[:-1]
+            or name.startswith("pglock.serve")}
+
+
+def test_run_and_help_import_nothing_of_the_web_stack(env: Env) -> None:
+    assert _imported("run", "--job", "lean", "--", "true", env=env) == set()
+    assert _imported("status", env=env) == set()
+    # --help registers serve's command (its module), not its stack.
+    assert _imported("--help", env=env) <= {"pglock.serve", "pglock.serve.command"}
