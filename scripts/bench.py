@@ -1190,6 +1190,8 @@ def bench_status(stack: contextlib.ExitStack, tmp: Path, runs: int, rows: int) -
         "history --job": ["history", "--job", BUSY_JOB],
         "history --job --json": ["history", "--job", BUSY_JOB, "--json"],
         "history": ["history"],
+        "metrics": ["metrics"],
+        "check": ["check"],
     }
     # The targets: the default view within the floor, --json (every job, streamed) within
     # twice it; the others are shown against the same floor, with no target of their own.
