@@ -90,6 +90,8 @@ class Session(Protocol):
 
     def get(self) -> psycopg.Connection[Any]: ...
 
+    def usable(self) -> bool: ...
+
     def connect(self) -> psycopg.Connection[Any]: ...
 
     def close(self) -> None: ...
@@ -123,8 +125,18 @@ class AdvisoryRenewer:
         return (lease.Renewal.STOP, why) if stop else (lease.Renewal.OURS, None)
 
     def reset(self) -> None:
+        # After a failed renewal. A statement that was cancelled (or timed out) leaves the
+        # session, and the lock, alive: closing it would give the lock away while the
+        # command runs. Only a broken session is let go, and the lock taken back on a new one.
+        if self._session.usable():
+            return
         self._session.close()
         self._retake = True
+
+    def close(self) -> None:
+        # The heartbeat's end: the session stays, holding the lock, until the run's end is
+        # recorded (the slot closes it after `finish`).
+        pass
 
     def lost_reason(self) -> str:
         return self._reason
