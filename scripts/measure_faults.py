@@ -5,7 +5,11 @@
 2. A silent advisory holder (its host cut off by blackhole routes, in a network
    namespace of our own): from the cut to the server freeing the lock, and to the
    holder's command being stopped. Needs root and iproute2; skipped with a reason else.
-3. A failover to an asynchronous standby that never received the acquisition (its WAL
+3. Takeover from an advisory holder that died with its server (SIGKILL, then the server
+   restarted, or the primary killed and its synchronous standby promoted): from the
+   server's return to the first contender that runs (docs/advisory.md: such a row is a
+   lease, waited out to its expiry).
+4. A failover to an asynchronous standby that never received the acquisition (its WAL
    receiver stopped first): the primary is killed, the standby promoted, another host
    acquires there at once; how long the old holder's command runs on after the new
    holder's started (docs/ha.md), each mode, `--rounds` times.
@@ -22,7 +26,7 @@ import subprocess
 import sys
 import tempfile
 import time
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from pathlib import Path
 
 import psycopg
@@ -67,6 +71,42 @@ def takeover(dsn: str, mode: str, ttl: int) -> float:
                          env=env).returncode != 0:
         time.sleep(0.05)
     return time.monotonic() - killed
+
+
+def dead_holder(tmp: Path, event: str) -> float:
+    """Seconds from the server's return (restarted, or a synchronous standby promoted) to a
+    contender's run, for an advisory holder SIGKILLed while the server was down."""
+    if event == "restart":
+        # One server alone: a synchronous standby's reconnection would be in the figure.
+        server = EmbeddedServer(tmp / "single", settings={"fsync": "off"})
+        dsn = server.join()
+        try:
+            return _dead_holder(dsn, dsn, server.stop, server.start)
+        finally:
+            server.leave()
+    pair = Pair(tmp, synchronous=True).start()
+    try:
+        return _dead_holder(pair.both_dsn, pair.primary_dsn, pair.kill_primary, pair.promote)
+    finally:
+        pair.close()
+
+
+def _dead_holder(dsn: str, primary: str, down: Callable[[], None],
+                 up: Callable[[], None]) -> float:
+    env = {**os.environ, "PGLOCK_DSN": dsn, "PGLOCK_SCHEMA": "measure"}
+    holder = subprocess.Popen([PGLOCK, "run", "--job", "dead", "--mode", "advisory",
+                               "--ttl", "10s", "--", "sleep", "600"], env=env)
+    wait_for_run(primary, "measure", "dead")
+    down()
+    holder.kill()
+    holder.wait()
+    up()
+    back = time.monotonic()
+    while subprocess.run([PGLOCK, "run", "--job", "dead", "--mode", "advisory",
+                          "--connect-timeout", "30s", "--", "true"], env=env,
+                         stderr=subprocess.DEVNULL).returncode != 0:
+        time.sleep(0.05)
+    return time.monotonic() - back
 
 
 @contextlib.contextmanager
@@ -191,7 +231,7 @@ def main() -> None:
     parser.add_argument("--ttl", type=int, default=10, help="ttl of the holders (seconds)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="asynchronous failovers per mode")
-    parser.add_argument("--only", choices=["takeover", "silent", "async"],
+    parser.add_argument("--only", choices=["takeover", "dead", "silent", "async"],
                         help="one measurement alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
@@ -206,6 +246,11 @@ def main() -> None:
                           f"{takeover(dsn, mode, args.ttl):.2f} s")
             finally:
                 server.leave()
+        if args.only in (None, "dead"):
+            for event in ("restart", "failover"):
+                print(f"advisory holder dead across a {event:8}, ttl 10s: a contender ran "
+                      f"{dead_holder(tmp / f'dead-{event}', event):.2f} s after the server "
+                      "was back")
         if args.only in (None, "async"):
             for mode in ("lease", "advisory"):
                 for round_number in range(args.rounds):

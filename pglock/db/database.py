@@ -157,6 +157,13 @@ class Reconnecting:
             self.conn = self.connect()
         return self.conn
 
+    def usable(self) -> bool:
+        """Whether the run's connection is open, unbroken and idle (a statement on it that
+        failed or was cancelled left its session, and any session lock, in place)."""
+        conn = self.conn
+        return (conn is not None and not conn.closed and not conn.broken
+                and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
+
     def close(self) -> None:
         if self.conn is not None:
             self.conn.close()

@@ -1,7 +1,10 @@
 """Advisory mode: a session lock on a dedicated connection, plus the same `locks` row.
 
-The session lock ends the moment the holder's backend does (crash, reset, terminate,
-failover), so a contender holding it may take the row over at once. The row keeps
+The session lock ends the moment the holder's backend does (crash, reset, terminate),
+so a contender holding it may take the row over at once, if the row was stamped by the
+server answering now, in the same life of its lock table (its incarnation: a restart, a
+crash or a promoted standby since, and the free lock proves nothing; the row is then a
+lease, and its holder takes its session lock back when it reconnects). The row keeps
 lease-mode hosts out and shows the holder in `status`. A transaction-pooling
 PgBouncer would leave the lock on a server connection other clients then use: the
 session is checked against pg_locks at acquisition and at every heartbeat.
@@ -15,6 +18,7 @@ from typing import Any, Protocol
 import psycopg
 
 from pglock.db.keys import advisory_key
+from pglock.db.schema import query
 from pglock.errors import DatabaseError
 from pglock.lock import lease, ledger
 
@@ -40,6 +44,20 @@ SELECT pid FROM pg_locks
 WHERE locktype = 'advisory' AND objsubid = 1 AND granted
   AND ((classid::bigint << 32) | objid::bigint) = %(key)s
   AND database = (SELECT oid FROM pg_database WHERE datname = current_database())
+"""
+
+# A holder back on a new session: its session lock taken back and its row renewed (and
+# stamped with the incarnation answering now) in one statement; the session set up as TAKE's.
+RETAKE = """
+SELECT r.taken, r.held, r.renewed, r.stop, r.why,
+       set_config('tcp_keepalives_idle', %(idle)s, false),
+       set_config('tcp_keepalives_interval', '1', false),
+       set_config('tcp_keepalives_count', '3', false),
+       set_config('tcp_user_timeout', %(user_timeout)s, false),
+       set_config('idle_session_timeout', '0', false),
+       set_config('idle_in_transaction_session_timeout', '0', false),
+       pg_backend_pid()
+FROM {schema}.retake(%(job)s, %(holder_id)s, %(fencing_token)s) AS r
 """
 
 CHECK = f"""
@@ -72,6 +90,27 @@ def take(conn: psycopg.Connection[Any], claim: lease.Claim) -> bool:
     return bool(row[0])
 
 
+class Contended(DatabaseError):
+    """A contender's session holds the lock for the moment, while the row is still ours."""
+
+
+def retake(conn: psycopg.Connection[Any], claim: lease.Claim,
+           ) -> tuple[bool, bool, bool, str | None]:
+    """Take the session lock back on a new session and renew the row in one statement:
+    (the lock was taken, and held; the row renewed; an operator asked for a stop; why).
+    Raises Contended when a contender holds the lock for now and the row is still ours."""
+    idle, total = server_drop_bound(claim.ttl)
+    row = conn.execute(query(RETAKE, claim.schema), claim.params(
+        idle=str(idle), user_timeout=str(total * 1000))).fetchone()
+    assert row is not None
+    taken, held, renewed, stop, why = row[:5]
+    if not taken and renewed:
+        raise Contended("a contender holds the advisory lock for the moment")
+    if taken and renewed:
+        claim.backend_pid = row[-1]
+    return bool(taken and held), bool(renewed), bool(stop), why
+
+
 def give_back(conn: psycopg.Connection[Any], claim: lease.Claim) -> None:
     """Release the session lock (a lost race for the row)."""
     conn.execute("SELECT pg_advisory_unlock(%s)", (advisory_key(claim.schema, claim.job),))
@@ -96,6 +135,8 @@ class Session(Protocol):
 
     def get(self) -> psycopg.Connection[Any]: ...
 
+    def usable(self) -> bool: ...
+
     def connect(self) -> psycopg.Connection[Any]: ...
 
     def close(self) -> None: ...
@@ -115,12 +156,16 @@ class AdvisoryRenewer:
     def renew(self) -> tuple[lease.Renewal, str | None]:
         conn = self._session.get()
         if self._retake:
-            # The old session ended, and its lock with it: take it back unless someone was faster.
-            if not take(conn, self.claim):
-                self._reason = "another host took the advisory lock while we were cut off"
+            # The old session ended, and its lock with it: take it back and renew the row in
+            # one statement. A contender cannot have taken a row stamped by the old session's
+            # server over at once: only after its expiry.
+            held, renewed, stop, why = retake(conn, self.claim)
+            if not renewed:
+                self._reason = "another host took the lock while we were cut off"
                 return lease.Renewal.LOST, None
             self._retake = False
-        held, renewed, stop, why = lease.renewal(conn, self.claim)
+        else:
+            held, renewed, stop, why = lease.renewal(conn, self.claim)
         if not held:
             self._reason = ("this session no longer holds the advisory lock "
                             "(a transaction-pooling PgBouncer?)")
@@ -129,8 +174,18 @@ class AdvisoryRenewer:
         return (lease.Renewal.STOP, why) if stop else (lease.Renewal.OURS, None)
 
     def reset(self) -> None:
+        # After a failed renewal. A statement that was cancelled (or timed out) leaves the
+        # session, and the lock, alive: closing it would give the lock away while the
+        # command runs. Only a broken session is let go, and the lock taken back on a new one.
+        if self._session.usable():
+            return
         self._session.close()
         self._retake = True
+
+    def close(self) -> None:
+        # The heartbeat's end: the session stays, holding the lock, until the run's end is
+        # recorded (the slot closes it after `finish`).
+        pass
 
     def lost_reason(self) -> str:
         return self._reason

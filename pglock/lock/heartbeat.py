@@ -61,6 +61,8 @@ class Renewer(Protocol):
 
     def reset(self) -> None: ...
 
+    def close(self) -> None: ...
+
     def lost_reason(self) -> str: ...
 
 
@@ -84,6 +86,9 @@ class LeaseRenewer:
         if self._conn is not None:
             self._conn.close()
             self._conn = None
+
+    def close(self) -> None:
+        self.reset()
 
     def lost_reason(self) -> str:
         return "the lock was taken over or cleared"
@@ -159,4 +164,7 @@ class Heartbeat:
             if self._on_renewed is not None:
                 self._on_renewed(self.lost_at())
             next_at = sent + self.renewer.interval
-        self.renewer.reset()
+        # Not reset(): in advisory mode that would end the session holding the lock, and
+        # the run's end is not recorded yet (a contender would take the lock and the row
+        # in the gap, and the finished run would be recorded lock_lost).
+        self.renewer.close()

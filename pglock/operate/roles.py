@@ -35,6 +35,7 @@ RUN_FUNCTIONS = (
     "start_run(text, text, bigint, text, timestamptz, text, text, timestamptz, interval, "
     "integer, integer)",
     "renew(text, text, bigint, boolean)",
+    "retake(text, text, bigint)",
     "release(text, text, bigint, interval, timestamptz)",
     "finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer, text, "
     "text, bytea, boolean, boolean, text, text, text)",

@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import threading
 import time
 
 import psycopg
 import pytest
 from conftest import Env, one_line
-from marks import assert_no_overlap, held_command, intervals, race
+from marks import assert_no_overlap, held_command, intervals, marking_command, race
 
 from pglock.db.embedded import EmbeddedServer
 from pglock.db.keys import advisory_key
@@ -37,6 +38,55 @@ def test_advisory_contenders_never_overlap(env: Env) -> None:
 def test_half_advisory_half_lease_never_overlap(env: Env) -> None:
     _rounds(env, ["advisory", "lease"] * 10)
     assert {r["mode"] for r in env.runs("mixed")} <= {"advisory", "lease"}
+
+
+def test_a_herd_looping_on_a_short_job_records_no_false_lock_lost(env: Env) -> None:
+    """The session holding the lock lives until the run's end is recorded: a contender
+    never finds the lock free (and takes the row) while the finished run is still running."""
+    marks = env.tmp / "marks"
+    codes: list[tuple[int, str]] = []
+    until = time.monotonic() + 20
+
+    def loop() -> None:
+        while time.monotonic() < until:
+            done = env.run("run", "--job", "herd", "--mode", "advisory", "--ttl", "15s",
+                           "--min-hold", "0s", "--", *marking_command(marks, 0.5))
+            codes.append((done.returncode, done.stderr))
+
+    threads = [threading.Thread(target=loop) for _ in range(6)]
+    for thread in threads:
+        thread.start()
+    for thread in threads:
+        thread.join()
+    assert {code for code, _ in codes} <= {0, 75}, [c for c in codes if c[0] not in (0, 75)]
+    runs = env.runs("herd")
+    assert len(runs) >= 5
+    assert {r["outcome"] for r in runs} == {"succeeded"}
+    assert_no_overlap(intervals(marks))
+
+
+def test_the_session_lock_is_held_until_the_end_is_recorded(env: Env) -> None:
+    """Polled every millisecond from another session, the advisory lock is never free while
+    the run is still marked running (the gap a contender took the row in)."""
+    key = advisory_key(env.schema, "gap")
+    with psycopg.connect(env.dsn, autocommit=True) as thief:
+        for number in range(1, 4):
+            holder = env.popen("run", "--job", "gap", "--mode", "advisory", "--min-hold", "0s",
+                               "--", "sleep", "0.5")
+            # From the holder's start on: before it, the poll would beat it to the lock.
+            env.wait_for(lambda n=number: len(env.runs("gap")) == n, what="the run row")
+            free_while_running = 0
+            while holder.poll() is None:
+                [(took, running)] = thief.execute(
+                    "SELECT pg_try_advisory_lock(%s), EXISTS (SELECT 1 FROM "
+                    f'"{env.schema}".runs WHERE job = %s AND outcome = \'running\')',
+                    (key, "gap")).fetchall()
+                if took:
+                    thief.execute("SELECT pg_advisory_unlock(%s)", (key,))
+                    free_while_running += running
+            assert (holder.communicate(), holder.returncode, free_while_running) == (
+                ("", ""), 0, 0)
+    assert {r["outcome"] for r in env.runs("gap")} == {"succeeded"}
 
 
 def test_holder_shows_in_pg_locks_under_the_documented_key(env: Env) -> None:
@@ -95,23 +145,25 @@ def test_server_restart_mid_run_is_survived(env: Env, private_server: EmbeddedSe
     assert run["outcome"] == "succeeded"
 
 
-def test_advisory_lock_taken_by_another_during_restart_is_lost(
+def test_advisory_lock_held_by_another_after_a_restart_stops_the_run_at_its_deadline(
         env: Env, private_server: EmbeddedServer) -> None:
     env.dsn = env.env["PGLOCK_DSN"] = private_server.conninfo
-    holder = env.popen("run", "--job", "race", "--mode", "advisory", "--ttl", "30s", "--",
-                       "sleep", "20")
+    holder = env.popen("run", "--job", "race", "--mode", "advisory", "--ttl", "10s", "--",
+                       "sleep", "30")
     env.wait_for(lambda: env.runs("race"), what="the run row")
     private_server.stop()
     private_server.start()
     # Right after the restart the session lock is free, and another session takes it
-    # before the holder's next heartbeat (at most 1.5 s later) can.
+    # before the holder's next heartbeat can. The row, stamped by the server's previous
+    # life, stays the holder's (it is a lease now): the holder keeps trying to take its
+    # lock back, and stops its command at its local deadline.
     with psycopg.connect(private_server.conninfo, autocommit=True) as thief:
         [(taken,)] = thief.execute("SELECT pg_try_advisory_lock(%s)",
                                    (advisory_key(env.schema, "race"),)).fetchall()
         assert taken
         _, stderr = holder.communicate(timeout=30)
     assert holder.returncode == 125
-    assert "another host took the advisory lock" in one_line(stderr)
+    assert "lock lost: no renewal succeeded in time" in one_line(stderr)
     [run] = env.runs("race")
     assert (run["outcome"], run["signal"]) == ("lock_lost", 15)
 

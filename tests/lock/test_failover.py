@@ -8,6 +8,8 @@ same row with the same token: the holder carries on, contenders are refused.
 from __future__ import annotations
 
 import socket
+import threading
+import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -15,7 +17,7 @@ from typing import Any
 
 import pytest
 from conftest import Env
-from marks import held_command, intervals
+from marks import assert_no_overlap, held_command, intervals, marking_command
 from replication import Pair
 
 from pglock.db.keys import advisory_key
@@ -144,3 +146,85 @@ def test_advisory_holder_takes_its_lock_back_on_the_new_primary(env: Env, pair: 
     assert [r["fencing_token"] for r in env.runs("ha")] == [before[1], before[1] + 1]
     assert not ran.exists()
     timeline.show(env, "ha")
+
+
+def _outage(pair: Pair, event: str) -> None:
+    """The primary goes and comes back: restarted, crashed and recovered, or replaced by
+    its promoted standby."""
+    if event == "restart":
+        pair.primary.stop()
+        pair.primary.start()
+    elif event == "crash":
+        pair.kill_primary()
+        pair.primary.start()
+    else:
+        pair.kill_primary()
+        pair.promote()
+
+
+def _serving(env: Env, pair: Pair, event: str) -> None:
+    if event == "promote":
+        env.dsn = pair.standby_dsn
+
+
+@pytest.mark.parametrize("event", ["restart", "crash", "promote"])
+def test_advisory_holder_keeps_its_lock_across_an_outage(env: Env, pair: Pair,
+                                                         event: str) -> None:
+    """Contenders try all through the outage: the free session lock on the server that
+    comes back proves nothing (the row was stamped by another incarnation), so none takes
+    the row; the holder takes its lock back and completes."""
+    marks, release = env.tmp / "marks", env.tmp / "release"
+    holder = env.popen("run", "--job", "ha", "--mode", "advisory", "--ttl", "30s", "--",
+                       *held_command(marks, release))
+    env.wait_for(lambda: marks.exists(), what="the holder's command")
+    before = lock_row(env, "ha")
+    codes: list[int] = []
+    stop = threading.Event()
+
+    def contend() -> None:
+        while not stop.is_set():
+            done = env.run("run", "--job", "ha", "--mode", "advisory", "--connect-timeout",
+                           "5s", "--", *marking_command(marks, 0.2))
+            codes.append(done.returncode)
+            time.sleep(0.1)
+
+    contenders = [threading.Thread(target=contend) for _ in range(3)]
+    for contender in contenders:
+        contender.start()
+    _outage(pair, event)
+    _serving(env, pair, event)
+    env.wait_for(lambda: env.query("SELECT backend_pid IN (SELECT pid FROM pg_stat_activity) "
+                                   "FROM {schema}.locks WHERE job = 'ha'") == [(True,)],
+                 timeout=60, what="the holder's lock taken back")
+    time.sleep(3)  # contenders keep trying against the lock taken back
+    stop.set()
+    for contender in contenders:
+        contender.join()
+    assert holder.poll() is None
+    release.touch()
+    assert holder.communicate(timeout=60) == ("", "")
+    assert holder.returncode == 0
+    assert 0 not in codes and codes, codes
+    assert_no_overlap(intervals(marks))
+    assert [(r["outcome"], r["fencing_token"]) for r in env.runs("ha")] == [
+        ("succeeded", before[1])]
+
+
+@pytest.mark.parametrize("event", ["restart", "crash", "promote"])
+def test_a_dead_advisory_holders_lock_is_taken_after_its_ttl(env: Env, pair: Pair,
+                                                             event: str) -> None:
+    holder, _ = env.start_holder("dead", "--mode", "advisory", "--ttl", "10s")
+    holder.kill()
+    holder.communicate()
+    _outage(pair, event)
+    _serving(env, pair, event)
+    [(expires_at,)] = env.query("SELECT expires_at FROM {schema}.locks WHERE job = 'dead'")
+    back = time.monotonic()
+    while env.run("run", "--job", "dead", "--mode", "advisory", "--connect-timeout", "10s",
+                  "--", "true").returncode != 0:
+        assert time.monotonic() - back < 30, "no takeover"
+        time.sleep(0.1)
+    first, second = env.runs("dead")
+    assert (first["outcome"], second["outcome"]) == ("abandoned", "succeeded")
+    # Waited out as a lease, by the server's clock.
+    assert second["started_at"] >= expires_at

@@ -54,6 +54,28 @@ LANGUAGE sql STABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
                           WHERE datname = current_database()))
 $$;
 
+-- incarnation: which server answers, in which life of its lock table; what an advisory
+-- lock row records (docs/advisory.md, "Restarts and failovers"). Advisory locks live in
+-- the server's shared memory: they are all gone when the postmaster restarts (a stop and
+-- start, an immediate stop and crash recovery), when it reinitializes shared memory after
+-- a backend crashed (restart_after_crash: the postmaster, and its start time, stay), and
+-- on another server (a promoted standby). Three values, read from memory, cheap inside
+-- the acquire statement (tens of microseconds):
+-- - the timeline of the WAL being written: a promotion always starts a new one (the
+--   checkpoint's timeline, pg_control_checkpoint(), lags a fast promotion);
+-- - pg_postmaster_start_time(): every postmaster start, and no two servers alike;
+-- - the shared statistics' reset time: shared memory reinitialized after a crash
+--   discards the statistics and stamps it anew, which the start time misses. An
+--   operator's pg_stat_reset_shared() changes it too: then advisory rows are leases
+--   until their holders' next renewal (seconds), which is safe.
+-- The system identifier is left out: a standby shares its primary's.
+CREATE OR REPLACE FUNCTION {schema}.incarnation() RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT left(pg_walfile_name(pg_current_wal_lsn()), 8)
+        || '/' || extract(epoch FROM pg_postmaster_start_time())::text
+        || '/' || coalesce(extract(epoch FROM pg_stat_get_bgwriter_stat_reset_time())::text, '')
+$$;
+
 -- record_start: a run's start record, and any run its vanished predecessor left as
 -- abandoned. Called by acquire and start_run once the caller's claim is known to hold
 -- the lock or a seat. Any other run of the job still marked running (for a seat's
@@ -179,6 +201,7 @@ DECLARE
     v_held boolean := p_mode = 'lease';
     v_seat integer;
     v_own integer;
+    v_incarnation text;
 BEGIN
     SELECT value::integer INTO v_version FROM {schema}.meta WHERE key = 'version';
     schema_version := v_version;
@@ -188,6 +211,7 @@ BEGIN
     END IF;
     IF p_mode = 'advisory' THEN
         v_held := {schema}.session_holds(p_job);
+        v_incarnation := {schema}.incarnation();
     END IF;
     session_held := v_held;
     IF NOT v_held THEN
@@ -257,22 +281,25 @@ BEGIN
                            AND expires_at > clock_timestamp()) THEN
         INSERT INTO {schema}.locks AS l
             (job, mode, holder, holder_pid, holder_id, fencing_token, ttl,
-             acquired_at, renewed_at, expires_at, backend_pid)
+             acquired_at, renewed_at, expires_at, backend_pid, incarnation)
         VALUES (p_job, p_mode, p_holder, p_holder_pid, p_holder_id, 1, p_ttl,
                 clock_timestamp(), clock_timestamp(), clock_timestamp() + p_ttl,
-                CASE WHEN p_mode = 'advisory' THEN pg_backend_pid() END)
+                CASE WHEN p_mode = 'advisory' THEN pg_backend_pid() END, v_incarnation)
         ON CONFLICT (job) DO UPDATE SET
             mode = excluded.mode, holder = excluded.holder, holder_pid = excluded.holder_pid,
             holder_id = excluded.holder_id, fencing_token = l.fencing_token + 1,
             ttl = excluded.ttl, acquired_at = excluded.acquired_at,
             renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
             released_at = NULL, backend_pid = excluded.backend_pid,
-            cleared_at = NULL, cleared_by = NULL,
+            incarnation = excluded.incarnation, cleared_at = NULL, cleared_by = NULL,
             stop_requested_at = NULL, stop_requested_by = NULL, stop_reason = NULL
         WHERE l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
-           -- Holding the advisory lock proves an unreleased advisory row's holder is gone.
+           -- Holding the advisory lock proves an unreleased advisory row's holder is gone,
+           -- on the server (and in the life of its lock table) that granted and last
+           -- confirmed it. Stamped by any other, the row is a lease: its holder may be
+           -- alive, reconnecting to take its session lock back (retake).
            OR (p_mode = 'advisory' AND l.mode = 'advisory' AND l.cleared_at IS NULL
-               AND l.released_at IS NULL)
+               AND l.released_at IS NULL AND l.incarnation = v_incarnation)
            -- Released but in its hold: only a handover to a contender that waited for
            -- this holder (or an earlier one), or a deliberate rerun.
            OR (l.released_at IS NOT NULL
@@ -348,8 +375,11 @@ BEGIN
     stop := false;
     IF held THEN
         PERFORM set_config('synchronous_commit', 'on', true);
+        -- In advisory mode this session holds the lock: on this server, in this life.
         UPDATE {schema}.locks
-        SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
+        SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
+            incarnation = CASE WHEN p_advisory THEN {schema}.incarnation()
+                               ELSE incarnation END
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
           AND cleared_at IS NULL
         RETURNING expires_at, stop_requested_at IS NOT NULL,
@@ -369,6 +399,41 @@ BEGIN
             renewed := FOUND;
         END IF;
         stop := coalesce(stop, false);
+    END IF;
+    RETURN NEXT;
+END
+$$;
+
+-- retake: an advisory holder whose session ended (a restart, a crash, a failover, a
+-- broken connection) takes its session lock back on its new session and renews its row
+-- (stamping the incarnation answering now), in one statement. Not taken: a contender's
+-- session holds the lock for the moment (it gives it back, finding the row ours), and
+-- `renewed` says whether the row is still the caller's (then: try again), or not (lost).
+-- A lock taken for a row no longer the caller's is given back at once.
+CREATE OR REPLACE FUNCTION {schema}.retake(
+    p_job text, p_holder_id text, p_fencing_token bigint)
+RETURNS TABLE (taken boolean, held boolean, renewed boolean, expires timestamptz,
+               stop boolean, why text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    -- Session locks stack: taken once.
+    taken := {schema}.session_holds(p_job)
+             OR pg_try_advisory_lock({schema}.advisory_key(p_job));
+    IF NOT taken THEN
+        held := false;
+        renewed := {schema}.holds(p_job, p_holder_id, p_fencing_token);
+        stop := false;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT r.held, r.renewed, r.expires, r.stop, r.why INTO held, renewed, expires, stop, why
+    FROM {schema}.renew(p_job, p_holder_id, p_fencing_token, true) r;
+    IF renewed THEN
+        UPDATE {schema}.locks SET backend_pid = pg_backend_pid()
+        WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token;
+    ELSE
+        PERFORM pg_advisory_unlock({schema}.advisory_key(p_job));
     END IF;
     RETURN NEXT;
 END
@@ -591,6 +656,8 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
     {schema}.start_run(text, text, bigint, text, timestamptz, text, text, timestamptz,
                        interval, integer, integer),
     {schema}.renew(text, text, bigint, boolean),
+    {schema}.retake(text, text, bigint),
+    {schema}.incarnation(),
     {schema}.release(text, text, bigint, interval, timestamptz),
     {schema}.finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer,
                     text, text, bytea, boolean, boolean, text, text, text),

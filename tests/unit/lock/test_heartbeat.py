@@ -55,6 +55,9 @@ class Renewals:
     def reset(self) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
     def lost_reason(self) -> str:
         return "lost"
 

@@ -20,7 +20,7 @@ def _signatures(text: str) -> set[str]:
 def _created() -> set[str]:
     """The signatures (argument types) of the functions the file creates."""
     found = re.findall(r"CREATE OR REPLACE FUNCTION \{schema\}\.(\w+)\(([^)]*)\)", _functions())
-    return {f"{name}({', '.join(p.split(None, 1)[1] for p in params.split(','))})"
+    return {f"{name}({', '.join(p.split(None, 1)[1] for p in params.split(',') if p.strip())})"
             for name, params in found}
 
 
@@ -40,7 +40,7 @@ def test_the_runner_gets_the_functions_revoked_from_public() -> None:
     assert set(roles.RUN_FUNCTIONS) <= revoked
     # The helpers the functions use are nobody's to call.
     assert revoked - set(roles.RUN_FUNCTIONS) == {
-        "advisory_key(text)", "session_holds(text)",
+        "advisory_key(text)", "session_holds(text)", "incarnation()",
         "record_start(text, timestamptz, text, text, integer, text, bigint, text, text, text, "
         "timestamptz, interval, integer, integer)"}
 
