@@ -78,6 +78,9 @@ class Steady:
     def reset(self) -> None:
         pass
 
+    def close(self) -> None:
+        pass
+
     def lost_reason(self) -> str:
         return "lost"
 
