@@ -57,6 +57,9 @@ def check(
     paused_warning: Annotated[str, typer.Option(
         "--paused-warning", envvar="PGLOCK_PAUSED_WARNING", metavar="DURATION",
         help="WARNING for a pause older than this (a forgotten pause).")] = "1d",
+    skipped_warning: Annotated[int, _threshold(
+        "skipped-warning", "WARNING at this many slots in a row skipped while a run of an "
+        "earlier slot was still going")] = 1,
     json_output: Json = False,
     dsn: Dsn = None,
     schema: Schema = None,
@@ -79,7 +82,7 @@ def check(
     try:
         thresholds = checks.Thresholds(
             failures_warning, failures_critical, missed_warning, missed_critical,
-            parse_duration(paused_warning, option="--paused-warning"))
+            parse_duration(paused_warning, option="--paused-warning"), skipped_warning)
         thresholds.validate()
         report = checks.evaluate(_snapshot(dsn, schema, connect_timeout, job, "check"),
                                  thresholds, job)

@@ -33,7 +33,8 @@ class PluginStatus(enum.IntEnum):
 
     OK = (0, "OK: no job has a problem (or there are no jobs yet)")
     WARNING = (1, "WARNING: failed runs in a row or missed slots reached a warning threshold, "
-                  "or a pause is older than --paused-warning")
+                  "a pause is older than --paused-warning, or slots skipped while a run "
+                  "went on reached --skipped-warning")
     CRITICAL = (2, "CRITICAL: a stale lock, or failed runs in a row or missed slots reached a "
                    "critical threshold")
     UNKNOWN = (3, "UNKNOWN: the jobs could not be judged: bad options, no database, a schema "
@@ -56,9 +57,14 @@ class Thresholds:
     missed_critical: int = 2
     # Seconds a pause may last before check warns that it may have been forgotten.
     paused_warning: float = 86400.0
+    # Slots skipped in a row while a run of an earlier slot went on (runs that outlast
+    # their interval) before check warns.
+    skipped_warning: int = 1
 
     def validate(self) -> None:
         """Refuse thresholds that cannot be met in order."""
+        if self.skipped_warning < 1:
+            raise UsageError("--skipped-warning must be 1 or more")
         for name in ("failures", "missed"):
             warning, critical = getattr(self, f"{name}_warning"), getattr(self, f"{name}_critical")
             if warning < 1 or critical < 1:
@@ -143,10 +149,19 @@ def _paused(job: Job, now: datetime) -> str:
     return f"{scope} {_ago(pause.paused_at, now)} by {pause.paused_by}: {pause.reason}{until}"
 
 
+def _skipped_running(job: Job, now: datetime) -> str:
+    found = job.skipped
+    latest = f", the latest {found.running_slot.isoformat()}" if found.running_slot else ""
+    plural = "slot" if found.streak == 1 else "slots"
+    return (f"{found.streak} {plural} in a row skipped while a run of an earlier slot was "
+            f"still going{latest} (runs outlast their interval; --catch-up runs them later)")
+
+
 # Each problem's reason, as the line under the summary says it.
 REASONS: dict[Problem, Callable[[Job, datetime], str]] = {
     Problem.DEAD: _dead, Problem.STALE: _stale, Problem.FAILED: _failed, Problem.OVERDUE: _overdue,
     Problem.UNREADABLE: _unreadable, Problem.PAUSED: _paused,
+    Problem.SKIPPED_RUNNING: _skipped_running,
 }
 
 
@@ -164,6 +179,9 @@ def level(job: Job, problem: Problem, thresholds: Thresholds) -> PluginStatus:
         case Weight.PAUSED:
             paused_for = job.paused_for or 0.0
             return (PluginStatus.WARNING if paused_for >= thresholds.paused_warning
+                    else PluginStatus.OK)
+        case Weight.SKIPPED:
+            return (PluginStatus.WARNING if job.skipped.streak >= thresholds.skipped_warning
                     else PluginStatus.OK)
 
 
