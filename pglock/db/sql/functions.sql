@@ -298,8 +298,12 @@ BEGIN
             -- Held by a run of an older slot (or its retries): this slot is skipped while
             -- running. Counted by the first final loser only (the others find the slot
             -- counted, after waiting for its row): one index lookup for the rest.
+            -- (Not when the holder catches up before running this very slot: its acquire
+            -- opened this slot's row.)
             was_running := EXISTS (SELECT 1 FROM {schema}.jobs
-                                   WHERE job = p_job AND last_slot < p_slot);
+                                   WHERE job = p_job AND last_slot < p_slot)
+                AND NOT EXISTS (SELECT 1 FROM {schema}.slots
+                                WHERE job = p_job AND slot = p_slot);
             IF was_running AND p_final THEN
                 UPDATE {schema}.jobs SET
                     skipped_running = coalesce(skipped_running, 0) + 1,
@@ -331,10 +335,13 @@ BEGIN
                                 WHERE (a.job = p_job OR a.job IS NULL)
                                   AND a.action = 'resume'), '-infinity')
             ORDER BY c);
-    END IF;
-    IF p_slot IS NOT NULL THEN
-        UPDATE {schema}.jobs SET windows = p_windows
-        WHERE job = p_job AND windows IS DISTINCT FROM p_windows;
+        IF cardinality(missed_slots) > 0 THEN
+            -- This slot's run comes after the catch-up: its row, opened with the lock,
+            -- tells the hosts that lose meanwhile that it is not skipped.
+            INSERT INTO {schema}.slots (job, slot, attempts, attempt_limit, retries)
+            VALUES (p_job, p_slot, 0, 1 + p_retries, p_retries)
+            ON CONFLICT (job, slot) DO NOTHING;
+        END IF;
     END IF;
     IF p_command IS NOT NULL AND coalesce(cardinality(missed_slots), 0) = 0 THEN
         SELECT s.run_id, s.started_at, s.attempt, s.attempt_limit
@@ -342,6 +349,12 @@ BEGIN
         FROM {schema}.record_start(p_job, p_slot, p_mode, p_holder, p_holder_pid,
                                    p_holder_id, token, p_command, p_schedule, p_timezone,
                                    p_next_slot, p_grace, p_retries, p_attempt) s;
+    END IF;
+    IF p_slot IS NOT NULL THEN
+        -- The job's windows as this run gives them (status reads them); written only when
+        -- they change.
+        UPDATE {schema}.jobs SET windows = p_windows
+        WHERE job = p_job AND windows IS DISTINCT FROM p_windows;
     END IF;
     RETURN NEXT;
 END
