@@ -155,8 +155,13 @@ def run_flags(command: _click.Command) -> str:
             assert param.nargs == -1 and argument is None, "runline knows one argument: COMMAND"
             argument = param.name
             continue
-        assert not param.multiple and param.nargs == 1, f"runline cannot parse {param.name}"
-        if param.is_flag:
+        assert param.nargs == 1, f"runline cannot parse {param.name}"
+        assert not param.multiple or not param.envvar, f"runline cannot split {param.name}"
+        if param.multiple:
+            assert param.type.name in ("text", "str"), f"runline cannot parse {param.name}"
+            flags.update({name: (param.name, "list") for name in param.opts})
+            kinds[param.name] = "list"
+        elif param.is_flag:
             assert param.type.name == "boolean", f"runline cannot parse {param.name}"
             flags.update({name: (param.name, True) for name in param.opts})
             flags.update({name: (param.name, False) for name in param.secondary_opts})
@@ -168,13 +173,15 @@ def run_flags(command: _click.Command) -> str:
         if param.envvar:
             assert isinstance(param.envvar, str)
             environment[param.name] = param.envvar
-        defaults[param.name] = param.default
+        # click gives a repeatable option that is not given as ().
+        defaults[param.name] = () if param.multiple and param.default is None else param.default
         if param.callback is not None:
             callbacks.append(param.name)
     lines = ['"""`pglock run`\'s options as typer declares them (cli.run), read by cli/runline.py:',
              f'{HEADER}."""', "", "from typing import Any", "",
              "# Each option's spelling: (parameter, kind): 'text' or 'int' take a value (next",
-             "# argument or =VALUE); True or False, a flag setting its parameter so.",
+             "# argument or =VALUE), 'list' one each time it is given; True or False, a flag",
+             "# setting its parameter so.",
              "FLAGS: dict[str, tuple[str, str | bool]] = {"]
     lines += [f"    {name!r}: {spec!r}," for name, spec in flags.items()]
     lines += ["}", "KINDS: dict[str, str | bool] = {"]

@@ -168,6 +168,19 @@ def run(
         show_default=False,
         help="With --schedule: how late a slot may start before the job counts as overdue "
              "[default: 10% of the interval, at least 1m].")] = None,
+    catch_up: Annotated[str, typer.Option(envvar="PGLOCK_CATCH_UP", metavar="none|latest|all",
+        help="With --schedule: the slots before this one that have no run (every host was "
+             "down, or a run outlasted them): run none of them, the newest, or all "
+             "(oldest first, each its own run), then this slot (docs/schedules.md, "
+             "Catch-up).")] = "none",
+    catch_up_limit: Annotated[int, typer.Option(envvar="PGLOCK_CATCH_UP_LIMIT", metavar="N",
+        help="With --catch-up: look back at most N slots (1 to 1000); older ones are "
+             "recorded as skipped by catch-up.")] = 24,
+    window: Annotated[list[str] | None, typer.Option("--window", metavar="'CRON DURATION'",
+        show_default=False,
+        help="With --schedule: a maintenance window, such as '0 2 * * 6 4h' (repeatable): "
+             "a trigger inside one skips (exit 75), and its slots are neither overdue nor "
+             "caught up.")] = None,
     output_tail: Annotated[str, typer.Option(envvar="PGLOCK_OUTPUT_TAIL", metavar="SIZE",
         help="Keep the last SIZE bytes of the command's output in its history row "
              "(not on a terminal; 0: keep none).")] = "4KiB",

@@ -66,6 +66,9 @@ def check(
         show_default=False,
         help="CRITICAL for a run this long past its --expect-duration MAX [default: "
              "never].")] = None,
+    skipped_warning: Annotated[int, _threshold(
+        "skipped-warning", "WARNING at this many slots in a row skipped while a run of an "
+        "earlier slot was still going")] = 1,
     json_output: Json = False,
     dsn: Dsn = None,
     schema: Schema = None,
@@ -92,7 +95,8 @@ def check(
             parse_duration(paused_warning, option="--paused-warning"),
             parse_duration(slow_warning, option="--slow-warning"),
             None if slow_critical is None
-            else parse_duration(slow_critical, option="--slow-critical"))
+            else parse_duration(slow_critical, option="--slow-critical"),
+            skipped_warning)
         thresholds.validate()
         report = checks.evaluate(_snapshot(dsn, schema, connect_timeout, job, "check"),
                                  thresholds, job)

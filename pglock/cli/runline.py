@@ -120,14 +120,18 @@ def _options(args: list[str]) -> tuple[dict[str, Any], list[str]] | None:
         converted = None if undecodable(value) else _converted(value, kind)
         if converted is None:
             return None
-        values[param] = converted
+        if kind == "list":
+            # As click gives a repeatable option: a tuple, one item each time it is given.
+            values[param] = (*values.get(param, ()), converted)
+        else:
+            values[param] = converted
         i += 1
     return values, []
 
 
 def _converted(text: str, kind: str | bool) -> Any:
     """A value as click converts it for `kind`, or None when unsure."""
-    if kind == "text":
+    if kind in ("text", "list"):
         return text
     if kind == "int":
         return int(text) if re.fullmatch(_INTEGER, text) else None

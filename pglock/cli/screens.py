@@ -11,7 +11,7 @@ from typing import Any
 from pglock.cli.render import NONE, Grid, Screen, ago, clip, escaped, header, iso, took, when
 from pglock.operate.admin import Cleared
 from pglock.reports.history import Action, History, RunRow, Summary
-from pglock.reports.jobs import Job, Lock, Pause, State
+from pglock.reports.jobs import Job, Lock, Pause, Skipped, State
 from pglock.reports.status import Status
 from pglock.settings.durations import format_duration
 from pglock.settings.schedule import MISSED_LIMIT
@@ -26,6 +26,7 @@ STATE_LOOK = {
     State.SLOW: ("> slow", "bold green"),
     State.RUNNING: ("> running", "green"),
     State.PAUSED: ("| paused", "blue"),
+    State.WINDOW: ("# in window", "blue"),
     State.HELD: ("= held", "cyan"),
     State.IDLE: ("  idle", "dim"),
 }
@@ -50,8 +51,8 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
         grid = Grid(STATUS_HEADERS, styled_column=1, optional=STATUS_OPTIONAL, whole="JOB")
         for job in sorted(report.jobs, key=lambda j: (SEVERITY[j.state], j.name)):
             label, style = STATE_LOOK[job.state]
-            grid.add(status_cells(job, seated(job, label if terminal else str(job.state))),
-                     style)
+            grid.add(status_cells(job, windowed(job, seated(
+                job, label if terminal else str(job.state)))), style)
         screen.parts.append(grid)
     else:
         screen.parts.append("no job is running, held, paused or in trouble")
@@ -60,6 +61,7 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
     screen.parts.extend(dead_lines(report.jobs))
     if report.job is not None and report.jobs[0].schedule is not None:
         screen.parts.append(schedule_line(report.jobs[0]))
+        screen.parts.extend(skipped_lines(report.jobs[0].skipped))
     if report.job is not None and report.jobs[0].seats is not None:
         screen.parts.extend(seat_lines(report.jobs[0]))
     if len(report.jobs) == 1 and report.runs:
@@ -128,6 +130,43 @@ def action_line(action: Action) -> str:
 def action_json(action: Action) -> dict[str, Any]:
     return {"at": iso(action.at), "job": action.job or None, "action": action.action,
             "by": action.by, "reason": action.reason, "detail": action.detail}
+
+
+def windowed(job: Job, state: str) -> str:
+    """A job in a maintenance window: `in window until 06:00` (in its schedule's zone)."""
+    if job.state is not State.WINDOW or job.window_until is None:
+        return state
+    # The plain state is `window`; the terminal's label says `in window` already.
+    label = state if "in window" in state else state.replace("window", "in window")
+    return f"{label} until {clock_time(job.window_until, job.timezone)}"
+
+
+def clock_time(moment: datetime, zone: str | None) -> str:
+    """HH:MM in the schedule's zone (the host's when it has no name there)."""
+    from zoneinfo import ZoneInfo
+
+    try:
+        local = moment.astimezone(ZoneInfo(zone)) if zone and zone != "localtime" \
+            else moment.astimezone()
+    except (KeyError, ValueError, OSError):
+        local = moment.astimezone()
+    return f"{local:%H:%M}"
+
+
+def skipped_lines(found: Skipped) -> list[str]:
+    """Slots of the one job shown that no run took: skipped while a run went on, given up
+    by a catch-up."""
+    lines = []
+    if found.running:
+        latest = f", latest {when(found.running_slot)}" if found.running_slot else ""
+        lines.append(f"skipped while a run was still going: {found.running} "
+                     f"slot{'s' if found.running != 1 else ''}{latest}"
+                     f" ({found.streak} in a row)")
+    if found.catch_up:
+        latest = f", latest {when(found.catch_up_slot)}" if found.catch_up_slot else ""
+        lines.append(f"given up by catch-up (older than its limit or deadline): "
+                     f"{found.catch_up} slot{'s' if found.catch_up != 1 else ''}{latest}")
+    return lines
 
 
 def seated(job: Job, state: str) -> str:
@@ -277,6 +316,12 @@ def job_json(job: Job) -> dict[str, Any]:
         "dead": None if job.dead is None else {
             "slot": iso(job.dead.slot), "attempts": job.dead.attempts,
             "error": job.dead.error},
+        "window_until": iso(job.window_until),
+        "skipped": {"running": job.skipped.running,
+                    "running_slot": iso(job.skipped.running_slot),
+                    "running_in_a_row": job.skipped.streak,
+                    "catch_up": job.skipped.catch_up,
+                    "catch_up_slot": iso(job.skipped.catch_up_slot)},
     }
 
 
@@ -304,6 +349,9 @@ def history_screen(found: History, place: str, schema: str) -> Screen:
         screen.parts.append(runs_grid(found.runs, found.now,
                                       with_job=found.filters.job is None,
                                       bars=found.summary is not None, outputs=found.outputs))
+    if found.skipped is not None:
+        screen.parts.append("")
+        screen.parts.extend(skipped_lines(found.skipped))
     if found.actions:
         screen.parts.append("\noperator actions:")
         screen.parts.extend(action_line(action) for action in found.actions)
@@ -361,7 +409,8 @@ def slot_text(run: RunRow, *, same: bool) -> str:
         what = "manual" if run.manual else ""
         return " ".join(part for part in (what, attempt if (run.attempt or 1) > 1 else "")
                         if part)
-    return f"    {attempt}" if same else f"{when(run.slot)} {attempt}".strip()
+    caught = " caught up" if run.caught_up else ""
+    return f"    {attempt}" if same else f"{when(run.slot)} {attempt}{caught}".strip()
 
 
 def output_lines(run: RunRow) -> list[str] | None:

@@ -10,7 +10,7 @@ from pglock.cli import boundary
 
 # Read from the environment, these apply only with --schedule; a crontab may set them for
 # all its lines, scheduled or not. Given as options without --schedule, they are refused.
-SCHEDULE_ONLY = ("tz", "deadline", "grace")
+SCHEDULE_ONLY = ("tz", "deadline", "grace", "catch_up", "catch_up_limit")
 
 
 # Every parameter of cli.run that start() passes on.
@@ -20,7 +20,7 @@ STARTED_FROM = frozenset((
     "grace", "output_tail", "output_on_failure", "leave_descendants", "on_failure",
     "on_success", "on_recovery", "hook_timeout", "ping_url", "event_log", "dsn", "schema",
     "connect_timeout", "verbose", "quiet", "retries", "retry_delay", "limit",
-    "expect_duration", "on_slow"))
+    "expect_duration", "on_slow", "catch_up", "catch_up_limit", "window"))
 
 
 def start(values: dict[str, Any], from_environment: Collection[str],
@@ -67,7 +67,9 @@ def resolved(values: Mapping[str, Any], from_environment: Collection[str],
             elif param in defaulted:
                 v[param] = value
     if v["schedule"] is None:
+        from pglock.run import flags
+
         for name in SCHEDULE_ONLY:
             if name in from_environment:
-                v[name] = None
+                v[name] = flags.DEFAULTS[name]
     return v

@@ -40,7 +40,15 @@ ACQUIRE = """
 SELECT * FROM {schema}.acquire(
     %(version)s, %(job)s, %(mode)s, %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s,
     %(slot)s, %(handover_from)s, %(rerun)s, %(command)s, %(schedule)s, %(timezone)s,
-    %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s, %(limit)s)
+    %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s, %(limit)s, %(final)s,
+    %(backlog)s, %(windows)s)
+"""
+
+# A winner that catches up (--catch-up): the slots it will run marked, the ones it gives
+# up counted, under the lock it holds.
+CATCH_UP = """
+SELECT {schema}.catch_up(%(job)s, %(holder_id)s, %(fencing_token)s, %(slots)s, %(retries)s,
+                         %(skipped)s, %(skipped_latest)s)
 """
 
 # The first holder a contender that starts waiting now may take over from at its
@@ -118,6 +126,18 @@ class Claim:
     # How long after its acquisition the lock stays held once released (the run's end
     # releases it at acquisition + hold; docs/lease.md, "The hold"). Set once won.
     hold: float = 0.0
+    # With --catch-up: the slots before this one that may be caught up, oldest first
+    # (None: no catch-up); what a winning acquire found of them without a run (`missed`),
+    # and the job's last slot before (`prior_slot`).
+    backlog: list[datetime] | None = None
+    missed: list[datetime] = field(default_factory=list)
+    prior_slot: datetime | None = None
+    # --window, as the job's row keeps them (status reads them).
+    windows: list[str] | None = None
+    # This try is the trigger's last (no --wait left): a loss then counts a slot skipped
+    # while the previous run is still going. `was_running`: the loss was that.
+    final: bool = True
+    was_running: bool = False
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The lease as query parameters."""
@@ -126,7 +146,8 @@ class Claim:
                 "fencing_token": self.fencing_token, "ttl": timedelta(seconds=self.ttl),
                 "backend_pid": self.backend_pid, "slot": self.slot,
                 "handover_from": self.handover_from, "rerun": self.rerun,
-                "limit": self.limit, **extra}
+                "limit": self.limit, "final": self.final, "backlog": self.backlog,
+                "windows": self.windows, **extra}
 
 
 class Attempt(enum.Enum):
@@ -170,7 +191,7 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Claim,
             raise SchemaError(f"schema {lease.schema!r} is version {row[0]}, not "
                               f"{schema.VERSION}")
     (_, session_held, ran, paused, token, handover_from, held_by, run_id, started_at,
-     attempt, attempt_limit, seat) = row
+     attempt, attempt_limit, seat, was_running, missed, prior_slot) = row
     if not session_held:
         raise DatabaseError(POOLED)
     if ran:
@@ -181,9 +202,11 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Claim,
         if lease.handover_from is None:
             lease.handover_from = handover_from
         lease.held_by = held_by
+        lease.was_running = bool(was_running)
         return Attempt.HELD
     lease.fencing_token = token
     lease.seat = seat
+    lease.missed, lease.prior_slot = list(missed or ()), prior_slot
     if run_id is not None:
         lease.run = ledger.StartedRun(id=run_id, started_at=started_at, attempt=attempt,
                                       attempt_limit=attempt_limit)
@@ -198,7 +221,7 @@ def _acquire(conn: psycopg.Connection[Any], lease: Claim,
         # The start of a slot that another host's run made done since the statement's own
         # check (the slot's CHECK, the unique attempt): nothing was taken.
         return (schema.VERSION, True, True, False, None, None, None, None, None, None, None,
-                None)
+                None, False, None, None)
     assert row is not None
     return tuple(row)
 
@@ -259,3 +282,13 @@ def held_by(conn: psycopg.Connection[Any], schema: str, job: str, holder_id: str
     row = conn.execute(query(HELD_BY, schema), {
         "job": job, "holder_id": holder_id, "fencing_token": fencing_token}).fetchone()
     return row is not None and bool(row[0])
+
+
+def catch_up(conn: psycopg.Connection[Any], lease: Claim, slots: list[datetime], retries: int,
+             given_up: tuple[int, datetime | None]) -> bool:
+    """Mark the slots a catch-up will run and count those it gives up (how many, the newest
+    of them); False: the lock is no longer ours."""
+    row = conn.execute(query(CATCH_UP, lease.schema), lease.params(
+        slots=slots, retries=retries, skipped=given_up[0],
+        skipped_latest=given_up[1])).fetchone()
+    return bool(row and row[0])

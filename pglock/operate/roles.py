@@ -31,7 +31,9 @@ SEAT_COLUMNS = ("job, seat, seat_limit, mode, holder, holder_pid, fencing_token,
 # The run path's functions (db/sql/functions.sql), by signature.
 RUN_FUNCTIONS = (
     "acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint, "
-    "boolean, text, text, text, timestamptz, interval, integer, integer, integer)",
+    "boolean, text, text, text, timestamptz, interval, integer, integer, integer, boolean, "
+    "timestamptz[], text[])",
+    "catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz)",
     "start_run(text, text, bigint, text, timestamptz, text, text, timestamptz, interval, "
     "integer, integer)",
     "renew(text, text, bigint, boolean)",

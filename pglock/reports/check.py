@@ -33,8 +33,9 @@ class PluginStatus(enum.IntEnum):
 
     OK = (0, "OK: no job has a problem (or there are no jobs yet)")
     WARNING = (1, "WARNING: failed runs in a row or missed slots reached a warning threshold, "
-                  "a pause is older than --paused-warning, or a run is past its "
-                  "--expect-duration (--slow-warning)")
+                  "a pause is older than --paused-warning, a run is past its "
+                  "--expect-duration (--slow-warning), or slots skipped while a run went on "
+                  "reached --skipped-warning")
     CRITICAL = (2, "CRITICAL: a stale lock, or failed runs in a row, missed slots or a slow "
                    "run reached a critical threshold")
     UNKNOWN = (3, "UNKNOWN: the jobs could not be judged: bad options, no database, a schema "
@@ -61,12 +62,17 @@ class Thresholds:
     # once) or CRITICAL (None: never).
     slow_warning: float = 0.0
     slow_critical: float | None = None
+    # Slots skipped in a row while a run of an earlier slot went on (runs that outlast
+    # their interval) before check warns.
+    skipped_warning: int = 1
 
     def validate(self) -> None:
         """Refuse thresholds that cannot be met in order."""
         if self.slow_critical is not None and self.slow_warning > self.slow_critical:
             raise UsageError(f"--slow-warning ({format_duration(self.slow_warning)}) is above "
                              f"--slow-critical ({format_duration(self.slow_critical)})")
+        if self.skipped_warning < 1:
+            raise UsageError("--skipped-warning must be 1 or more")
         for name in ("failures", "missed"):
             warning, critical = getattr(self, f"{name}_warning"), getattr(self, f"{name}_critical")
             if warning < 1 or critical < 1:
@@ -160,10 +166,19 @@ def _paused(job: Job, now: datetime) -> str:
     return f"{scope} {_ago(pause.paused_at, now)} by {pause.paused_by}: {pause.reason}{until}"
 
 
+def _skipped_running(job: Job, now: datetime) -> str:
+    found = job.skipped
+    latest = f", the latest {found.running_slot.isoformat()}" if found.running_slot else ""
+    plural = "slot" if found.streak == 1 else "slots"
+    return (f"{found.streak} {plural} in a row skipped while a run of an earlier slot was "
+            f"still going{latest} (runs outlast their interval; --catch-up runs them later)")
+
+
 # Each problem's reason, as the line under the summary says it.
 REASONS: dict[Problem, Callable[[Job, datetime], str]] = {
     Problem.DEAD: _dead, Problem.STALE: _stale, Problem.FAILED: _failed, Problem.OVERDUE: _overdue,
     Problem.SLOW: _slow, Problem.UNREADABLE: _unreadable, Problem.PAUSED: _paused,
+    Problem.SKIPPED_RUNNING: _skipped_running,
 }
 
 
@@ -187,6 +202,9 @@ def level(job: Job, problem: Problem, thresholds: Thresholds) -> PluginStatus:
             if thresholds.slow_critical is not None and over >= thresholds.slow_critical:
                 return PluginStatus.CRITICAL
             return PluginStatus.WARNING if over >= thresholds.slow_warning else PluginStatus.OK
+        case Weight.SKIPPED:
+            return (PluginStatus.WARNING if job.skipped.streak >= thresholds.skipped_warning
+                    else PluginStatus.OK)
 
 
 def judge(job: Job, thresholds: Thresholds, now: datetime) -> Verdict:

@@ -12,6 +12,7 @@ from psycopg.rows import class_row
 from pglock.db import database, schema
 from pglock.errors import UnknownJob, UsageError
 from pglock.lock.ledger import Outcome
+from pglock.reports.jobs import Skipped
 from pglock.settings.durations import HISTORY_LIMIT, check_count
 
 _SELECT = """
@@ -21,7 +22,9 @@ SELECT id, job, started_at, finished_at, holder, holder_pid, mode, outcome, exit
        slot, attempt,
        (SELECT s.attempt_limit FROM {schema}.slots s
         WHERE s.job = runs.job AND s.slot = runs.slot) AS attempt_limit,
-       manual
+       manual,
+       coalesce((SELECT s.caught_up FROM {schema}.slots s
+                 WHERE s.job = runs.job AND s.slot = runs.slot), false) AS caught_up
 FROM {schema}.runs
 """
 # Each filter is a constant; only the ones asked for are joined in, so every query is one
@@ -44,6 +47,12 @@ FROM {schema}.audit
 WHERE (%(job)s::text IS NULL OR job = %(job)s OR job IS NULL)
   AND (%(since)s::interval IS NULL OR at >= now() - %(since)s::interval)
 ORDER BY at DESC, id DESC LIMIT %(limit)s
+"""
+# A job's slots that no run took, from its summary row (schema version 6).
+SKIPPED = """
+SELECT coalesce(skipped_running, 0), skipped_running_slot, coalesce(skipped_running_streak, 0),
+       coalesce(catch_up_skipped, 0), catch_up_skipped_slot
+FROM {schema}.jobs WHERE job = %(job)s
 """
 # Audit rows of `clear` are history, but not runs: they count in no figure.
 NOT_RUNS = frozenset({Outcome.CLEARED})
@@ -98,6 +107,8 @@ class RunRow:
     attempt_limit: int | None = None
     # Run by hand (no --schedule) for a job that has a schedule.
     manual: bool = False
+    # Its slot was run by a catch-up (--catch-up), after its time.
+    caught_up: bool = False
 
 
 @dataclass(frozen=True)
@@ -141,6 +152,9 @@ class History:
     outputs: bool = False
     # Operator actions in the same window (not filtered by outcome or host).
     actions: list[Action] = field(default_factory=list)
+    # With --job: its slots that no run took (skipped while a run went on, given up by a
+    # catch-up), from its summary row.
+    skipped: Skipped | None = None
 
 
 def read(conn: psycopg.Connection[Any], schema_name: str, filters: Filters, *,
@@ -165,7 +179,8 @@ def _read(conn: psycopg.Connection[Any], schema_name: str, filters: Filters,
         return History(now[0], filters, runs, None, outputs, done)
     if not runs and not known(conn, schema_name, filters.job):
         raise _unknown(filters.job, schema_name)
-    return History(now[0], filters, runs, summarize(runs), outputs, done)
+    return History(now[0], filters, runs, summarize(runs), outputs, done,
+                   skipped_slots(conn, schema_name, filters.job))
 
 
 def actions(conn: psycopg.Connection[Any], schema_name: str, filters: Filters) -> list[Action]:
@@ -216,3 +231,11 @@ def percentile(ordered: list[float], fraction: float) -> float | None:
     low = int(position)
     high = min(low + 1, len(ordered) - 1)
     return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+
+def skipped_slots(conn: psycopg.Connection[Any], schema_name: str, job: str) -> Skipped | None:
+    """The job's slots skipped while a run went on and given up by catch-up (None: none)."""
+    row = conn.execute(schema.query(SKIPPED, schema_name), {"job": job}).fetchone()
+    if row is None or not (row[0] or row[3]):
+        return None
+    return Skipped(int(row[0]), row[1], int(row[2]), int(row[3]), row[4])

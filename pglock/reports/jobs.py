@@ -90,6 +90,9 @@ SELECT coalesce(j.job, l.job) AS name,
        extract(epoch FROM least(j.grace, interval '366 days'))::float8 AS grace,
        j.last_slot, j.next_slot, j.last_attempt, j.attempt_limit,
        j.dead_slot, j.dead_attempts, j.dead_error,
+       j.windows, coalesce(j.skipped_running, 0) AS skipped_running, j.skipped_running_slot,
+       coalesce(j.skipped_running_streak, 0) AS skipped_running_streak,
+       coalesce(j.catch_up_skipped, 0) AS catch_up_skipped, j.catch_up_skipped_slot,
        -- Its own pause before a pause of every job.
        CASE WHEN own.job IS NULL THEN every_job.paused_at ELSE own.paused_at END AS paused_at,
        CASE WHEN own.job IS NULL THEN every_job.paused_by ELSE own.paused_by END AS paused_by,
@@ -107,6 +110,9 @@ SELECT coalesce(j.job, l.job) AS name,
        OR (j.last_run_id IS NOT NULL AND j.last_run_id IS DISTINCT FROM j.last_finished_run_id)
        OR (j.last_finished_run_id IS NOT NULL AND j.last_outcome = ANY(%(failures)s::text[]))
        OR own.job IS NOT NULL OR every_job.job IS NOT NULL OR j.dead_slot IS NOT NULL
+       -- A job with windows may be in one now; one that skips slots while running is
+       -- warned of.
+       OR j.windows IS NOT NULL OR coalesce(j.skipped_running_streak, 0) > 0
        OR (j.schedule IS NOT NULL AND j.last_slot IS NOT NULL
            AND NOT coalesce(j.next_slot > clock.at AND j.grace IS NOT NULL, false)) AS listed
 FROM clock
@@ -139,7 +145,9 @@ COLUMNS = (
     "last_finished_run_id", "last_outcome", "last_exit_code", "last_finished_at",
     "last_duration", "last_success_at", "outcome_counts", "consecutive_failures", "schedule",
     "timezone", "grace", "last_slot", "next_slot", "last_attempt", "attempt_limit",
-    "dead_slot", "dead_attempts", "dead_error", "paused_at", "paused_by", "pause_reason",
+    "dead_slot", "dead_attempts", "dead_error", "windows", "skipped_running",
+    "skipped_running_slot", "skipped_running_streak", "catch_up_skipped",
+    "catch_up_skipped_slot", "paused_at", "paused_by", "pause_reason",
     "paused_until", "paused_everywhere", "seats_used", "seat_limit", "run_note", "listed")
 # The seats of one semaphore job that are taken now, as Lock fields.
 SEATS = """
@@ -176,6 +184,9 @@ class State(enum.StrEnum):
     # An operator paused it (`pglock pause`): every host skips it. A run that was going
     # when it was paused shows as running until it ends.
     PAUSED = "paused"
+    # Inside one of its maintenance windows (--window): every trigger skips, and its slots
+    # are neither overdue nor missed.
+    WINDOW = "window"
     # The command ended, but --min-hold keeps the lock taken until its expiry, so that a
     # host whose clock lags cannot rerun the same trigger.
     HELD = "held"
@@ -197,6 +208,8 @@ class Weight(enum.Enum):
     PAUSED = "paused"
     # WARNING or CRITICAL by --slow-warning/--slow-critical (time past the expected MAX).
     SLOW = "slow"
+    # WARNING once --skipped-warning slots in a row were skipped while runs went on.
+    SKIPPED = "skipped"
 
 
 class Problem(enum.StrEnum):
@@ -224,6 +237,9 @@ class Problem(enum.StrEnum):
     # Paused: not a problem by itself (failed and overdue are not judged meanwhile), but
     # check warns when the pause is older than --paused-warning (a forgotten pause).
     PAUSED = ("paused", Weight.PAUSED, True)
+    # Slots skipped because a run of an earlier slot still held the lock (runs outlast
+    # their interval); counted in a row until a run ends having skipped none.
+    SKIPPED_RUNNING = ("skipped_running", Weight.SKIPPED, True)
 
 
 @dataclass(frozen=True)
@@ -308,6 +324,19 @@ class Due:
 
 
 @dataclass(frozen=True)
+class Skipped:
+    """Slots of a scheduled job that no run took, and why: the trigger found the run of an
+    earlier slot still going (`running`; `streak` of them in a row), or a catch-up gave
+    them up (older than its limit or deadline)."""
+
+    running: int = 0
+    running_slot: datetime | None = None
+    streak: int = 0
+    catch_up: int = 0
+    catch_up_slot: datetime | None = None
+
+
+@dataclass(frozen=True)
 class Job:
     """One job at one moment of the database's clock, classified."""
 
@@ -360,6 +389,9 @@ class Job:
     def running_since(self) -> datetime | None:
         """When its running run started (None: none is marked running)."""
         return self.last_started_at if self.run_open else None
+    # While inside one of its --window: when that window ends.
+    window_until: datetime | None = None
+    skipped: Skipped = Skipped()
 
     @property
     def paused_for(self) -> float | None:
@@ -465,8 +497,9 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
      last_started_at, last_holder, last_finished_run_id, last_outcome, last_exit_code,
      last_finished_at, last_duration, last_success_at, outcome_counts, consecutive_failures,
      schedule_expr, timezone, grace, last_slot, next_slot, last_attempt, attempt_limit,
-     dead_slot, dead_attempts, dead_error, paused_at, paused_by, pause_reason, paused_until,
-     paused_everywhere, seats_used, seat_limit, run_note, _) = row
+     dead_slot, dead_attempts, dead_error, windows, skipped_running, skipped_running_slot,
+     skipped_running_streak, catch_up_skipped, catch_up_skipped_slot, paused_at, paused_by,
+     pause_reason, paused_until, paused_everywhere, seats_used, seat_limit, run_note, _) = row
     lock = None
     if lock_mode is not None:
         lock = Lock(lock_mode, holder, holder_pid, fencing_token, backend_pid, acquired_at,
@@ -475,7 +508,11 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
     if last_finished_run_id is not None:
         last_run = LastRun(last_finished_run_id, last_outcome, last_exit_code,
                            last_finished_at, last_duration)
-    due, note = standing(schedule_expr, timezone, grace, last_slot, next_slot, now)
+    windows = tuple(windows or ())
+    due, note = standing(schedule_expr, timezone, grace, last_slot, next_slot, now, windows)
+    window_until = in_window(windows, timezone, now) if windows else None
+    skipped = Skipped(int(skipped_running), skipped_running_slot, int(skipped_running_streak),
+                      int(catch_up_skipped), catch_up_skipped_slot)
     run_open = bool(run_open)
     pause = None
     if paused_at is not None:
@@ -487,6 +524,10 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
     lock_state, state, problems = classify(now, lock, run_open, last_run, due, note,
                                            paused=pause is not None, dead=dead is not None,
                                            slow=slow_after is not None)
+    if window_until is not None and state in (State.IDLE, State.HELD):
+        state = State.WINDOW
+    if skipped.streak > 0 and pause is None:
+        problems = (*problems, Problem.SKIPPED_RUNNING)
     counts = {str(outcome): int(n) for outcome, n in outcome_counts.items() if n}
     return Job(
         name=name, now=now, lock=lock, run_open=run_open, last_run_id=last_run_id,
@@ -497,7 +538,7 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
         lock_state=lock_state, state=state, problems=problems, pause=pause, dead=dead,
         attempt=last_attempt, attempt_limit=attempt_limit,
         seats=None if seat_limit is None else Seats(int(seats_used), seat_limit),
-        slow_after=slow_after)
+        slow_after=slow_after, window_until=window_until, skipped=skipped)
 
 
 def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun | None,
@@ -543,7 +584,7 @@ def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun
 
 def standing(expr: str | None, zone: str | None, grace: float | None,
              last_slot: datetime | None, next_slot: datetime | None,
-             now: datetime) -> tuple[Due | None, str | None]:
+             now: datetime, windows: tuple[str, ...] = ()) -> tuple[Due | None, str | None]:
     """A job's standing against its schedule, from its `jobs` row's schedule columns:
     (Due, None), (None, why its schedule cannot be read), or (None, None) unscheduled."""
     if expr is None or last_slot is None:
@@ -551,23 +592,48 @@ def standing(expr: str | None, zone: str | None, grace: float | None,
     if next_slot is not None and next_slot > now and grace is not None:
         # On time: no cron arithmetic, not even croniter's import, for the common case.
         return Due(next_slot, next_slot, 0, grace), None
-    return _counted(expr, zone, grace, last_slot, next_slot, now)
+    return _counted(expr, zone, grace, last_slot, next_slot, now, windows)
 
 
 # Jobs of one read share the clock, and many share a schedule and the slots they
 # missed: after a fleet-wide outage, 10,000 overdue jobs cost a few distinct countings.
 @lru_cache(maxsize=1024)
 def _counted(expr: str, zone: str | None, grace: float | None, last_slot: datetime,
-             next_slot: datetime | None, now: datetime) -> tuple[Due | None, str | None]:
+             next_slot: datetime | None, now: datetime,
+             windows: tuple[str, ...] = ()) -> tuple[Due | None, str | None]:
     from pglock.settings import schedule
 
     try:
         # A run host whose zone had no name stored "localtime": read it as ours.
         plan = schedule.parse(expr, None if zone == "localtime" else zone)
+        parsed = _windows(windows, zone)
     except UsageError as error:
         return None, f"its schedule cannot be read here: {error}"
     if grace is None:
         grace = schedule.slot_info(plan, last_slot).default_grace
     due_at = next_slot or schedule.next_after(plan, last_slot)
-    found = schedule.due(plan, due_at, now, grace)
+    found = schedule.due(plan, due_at, now, grace, parsed)
     return Due(found.due_at, found.next_fire, found.missed, grace), None
+
+
+@lru_cache(maxsize=1024)
+def _windows(windows: tuple[str, ...], zone: str | None) -> tuple[Any, ...]:
+    """A job's recorded --window, read in its schedule's zone (UsageError: unreadable here)."""
+    if not windows:
+        return ()
+    from pglock.settings import schedule
+
+    zone = None if zone == "localtime" else zone
+    return tuple(schedule.parse_window(text, zone) for text in windows)
+
+
+def in_window(windows: tuple[str, ...], zone: str | None, now: datetime) -> datetime | None:
+    """When the maintenance window the job is in now ends (None: in none, or its windows
+    cannot be read here)."""
+    from pglock.settings import schedule
+
+    try:
+        parsed = _windows(windows, zone)
+    except UsageError:
+        return None
+    return schedule.window_end(parsed, now)

@@ -34,7 +34,7 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 # is checked alone.
 _ANY_COMMAND = ["true"]
 _ANY_SCHEDULE = "* * * * *"
-SCHEDULE_ONLY = ("tz", "deadline", "grace")
+SCHEDULE_ONLY = ("tz", "deadline", "grace", "catch_up", "catch_up_limit", "window")
 
 
 def table_keys() -> dict[str, tuple[str, str | bool]]:
@@ -167,7 +167,7 @@ def checked(path: Path, name: str, table: Mapping[str, object]) -> ConfiguredJob
                           "\"arg\"], or a string run by /bin/sh -c)", "command")
     for key in SCHEDULE_ONLY:
         if key in values and "schedule" not in values:
-            raise where.error("needs schedule in the same table", key)
+            raise where.error("needs schedule in the same table", key.replace("_", "-"))
     # Each value alone, so that the message names its key; then all of them together
     # (--ttl against --kill-after, ...).
     for key, (param, _) in keys.items():
@@ -193,18 +193,13 @@ def _unknown(key: str, keys: Mapping[str, object]) -> str:
 def _typed(where: _Where, key: str, kind: str | bool, value: object) -> Any:
     """The value as run's parameter carries it, or a usage error naming its key."""
     if kind == "command":
-        if isinstance(value, str) and value.strip():
-            # $0 of the shell is the job's name: ps and the shell's messages show it.
-            return ["/bin/sh", "-c", value, where.name]
-        if isinstance(value, list) and value and all(isinstance(a, str) for a in value) \
-                and value[0]:
-            return list(value)
-        raise where.error("must be a list of strings (the program and its arguments) or a "
-                          "non-empty string run by /bin/sh -c", key)
+        return _command(where, key, value)
     if isinstance(kind, bool):
         if not isinstance(value, bool):
             raise where.error("must be true or false", key)
         return value
+    if kind == "list":
+        return _strings(where, key, value)
     if kind == "int":
         if isinstance(value, bool) or not isinstance(value, int):
             raise where.error("must be a whole number", key)
@@ -220,6 +215,25 @@ def _typed(where: _Where, key: str, kind: str | bool, value: object) -> Any:
     if not isinstance(value, str):
         raise where.error("must be a string", key)
     return value
+
+
+def _command(where: _Where, key: str, value: object) -> list[str]:
+    if isinstance(value, str) and value.strip():
+        # $0 of the shell is the job's name: ps and the shell's messages show it.
+        return ["/bin/sh", "-c", value, where.name]
+    if isinstance(value, list) and value and all(isinstance(a, str) for a in value) \
+            and value[0]:
+        return list(value)
+    raise where.error("must be a list of strings (the program and its arguments) or a "
+                      "non-empty string run by /bin/sh -c", key)
+
+
+def _strings(where: _Where, key: str, value: object) -> list[str]:
+    """A repeatable option (window): one as a string, or several as an array of strings."""
+    items = [value] if isinstance(value, str) else value
+    if not isinstance(items, list) or not all(isinstance(v, str) for v in items):
+        raise where.error("must be a string or a list of strings", key)
+    return list(items)
 
 
 def _check(where: _Where, values: Mapping[str, Any], key: str | None) -> None:

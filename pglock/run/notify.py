@@ -87,9 +87,11 @@ class Notifier:
         if self.events is not None:
             self.events.emit(event, warning=warning, **fields)
 
-    def skipped(self, reason: str, held_by: Callable[[], str | None] | None = None) -> None:
-        """Not run: `held`, `slot_ran`, `paused`, `past_deadline`. `held_by` is asked
-        (a statement) only when events are logged."""
+    def skipped(self, reason: str, held_by: Callable[[], str | None] | None = None,
+                **fields: Any) -> None:
+        """Not run: `held`, `running` (held by a run of an older slot), `slot_ran`,
+        `paused`, `past_deadline`, `window`. `held_by` is asked (a statement) only when
+        events are logged."""
         if self.events is None:
             return
         holder = None
@@ -98,7 +100,12 @@ class Notifier:
                 holder = held_by()
             except Exception as error:  # the skip stands whatever the lookup came to
                 log.info("the holder of the lock could not be read: %s", error)
-        self.emit("skipped", reason=reason, held_by=holder)
+        self.emit("skipped", reason=reason, held_by=holder, **fields)
+
+    def slot(self, slot: object) -> None:
+        """A catch-up moved on to another slot: the events that follow name it."""
+        if self.events is not None:
+            self.events.context["slot"] = slot
 
     def acquired(self, fencing_token: int | None, slot: object = None) -> None:
         if self.events is not None:

@@ -9,7 +9,7 @@ import os
 import socket
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from pglock.errors import ExitStatus, UsageError
 from pglock.lock.heartbeat import check_ttl
@@ -17,6 +17,7 @@ from pglock.run import output
 from pglock.run.notify import NotifyOptions
 from pglock.settings.config import check_job, check_text, normalized_job
 from pglock.settings.durations import (
+    CATCH_UP_LIMIT,
     DURATIONS,
     EXPECTED,
     RETRIES,
@@ -27,11 +28,15 @@ from pglock.settings.durations import (
     parse_size,
 )
 
+if TYPE_CHECKING:
+    from pglock.settings import schedule as schedule_module
+
 # Without --schedule or --min-hold, a released lock stays held this long after pglock
 # started (plus --jitter): the hosts of a fleet, whose clocks differ by up to 10 s, fire
 # one cron trigger within that window, and the next minute's trigger comes after it
 # (docs/lease.md, "The hold").
 DEFAULT_HOLD = 20.0
+CATCH_UP = ("none", "latest", "all")
 
 
 @dataclass(frozen=True, eq=False)
@@ -73,6 +78,12 @@ class RunOptions:
     # one running past MAX is slow (docs/monitoring.md, "Expected durations").
     expect_min: float | None = None
     expect_max: float | None = None
+    # --catch-up: what a trigger does with the slots before its own that have no run
+    # (none, the newest of them, all of them up to --catch-up-limit); docs/schedules.md.
+    catch_up: str = "none"
+    catch_up_limit: int = 24
+    # --window 'CRON DURATION' (repeatable): a trigger inside one skips.
+    windows: tuple[str, ...] = ()
 
     def __post_init__(self) -> None:
         # Names that look the same are the same job (NFC; docs/decisions.md).
@@ -109,12 +120,20 @@ class RunOptions:
             raise UsageError("--limit needs --mode lease: a session advisory lock is one "
                              "holder's (docs/lease.md, Semaphores)")
         self.notify.validate()
+        self._validate_expected()
+        check_count(self.catch_up_limit, "--catch-up-limit", CATCH_UP_LIMIT)
+        if self.catch_up not in CATCH_UP:
+            raise UsageError(f"--catch-up: {self.catch_up!r} is not one of "
+                             f"{', '.join(CATCH_UP)}")
+        self._validate_schedule()
+
+    def _validate_expected(self) -> None:
+        """--expect-duration's range in order, and --on-slow only with its MAX."""
         if (self.expect_min is not None and self.expect_max is not None
                 and self.expect_min > self.expect_max):
             raise UsageError("--expect-duration: MIN is above MAX")
         if self.notify.on_slow is not None and self.expect_max is None:
             raise UsageError("--on-slow needs --expect-duration with a MAX (..MAX)")
-        self._validate_schedule()
 
     def _validate_ranges(self) -> None:
         """The ranges of durations.DURATIONS, for callers that did not parse text."""
@@ -152,10 +171,23 @@ class RunOptions:
             return 0.0
         return max(0.0, DEFAULT_HOLD + self.jitter - (sent - started))
 
+    def parsed_windows(self) -> tuple[schedule_module.Window, ...]:
+        """The --window options, read in the schedule's zone."""
+        if not self.windows:
+            return ()
+        from pglock.settings import schedule
+
+        zone, source = self.zone()
+        return tuple(schedule.parse_window(text, zone, zone_source=source)
+                     for text in self.windows)
+
     def _validate_schedule(self) -> None:
         if self.schedule is None:
             for name, value in (("--tz", self.tz), ("--deadline", self.deadline),
-                                ("--grace", self.grace)):
+                                ("--grace", self.grace),
+                                ("--window", self.windows or None),
+                                ("--catch-up", None if self.catch_up == "none"
+                                 else self.catch_up)):
                 if value is not None:
                     raise UsageError(f"{name} needs --schedule")
             return
@@ -163,6 +195,7 @@ class RunOptions:
 
         zone, source = self.zone()
         schedule.parse(self.schedule, zone, zone_source=source)
+        self.parsed_windows()
         if self.deadline is not None and self.deadline <= 0:
             raise UsageError("--deadline must be more than 0")
 
@@ -191,6 +224,8 @@ def run_options(v: Mapping[str, Any]) -> RunOptions:
         output_on_failure=v["output_on_failure"], leave_descendants=v["leave_descendants"],
         retries=v["retries"], retry_delay=parse_duration(v["retry_delay"], option="--retry-delay"),
         **_expected(v["expect_duration"]),
+        catch_up=v["catch_up"], catch_up_limit=v["catch_up_limit"],
+        windows=tuple(v["window"] or ()),
         notify=NotifyOptions(
             on_failure=v["on_failure"], on_success=v["on_success"],
             on_recovery=v["on_recovery"], on_slow=v["on_slow"],

@@ -57,6 +57,8 @@ def execute(options: RunOptions, conninfo: str) -> int:
         time.sleep(random.uniform(0, options.jitter))
     slot = Slot.open(options, conninfo, scheduled, gate)
     try:
+        if scheduled is not None and options.windows and slot.in_window():
+            return options.conflict_exit_code
         return slot.run(started, start_by)
     finally:
         slot.close()
@@ -112,6 +114,10 @@ class Slot:
     before: str | None = None
     # Each attempt's watch for --expect-duration's MAX: its --on-slow may still run.
     watches: list[SlowWatch] = field(default_factory=list)
+    # A catch-up has more slots to run after this one: the lock is kept between them.
+    more: bool = False
+    # When the lock was last kept at a slot's end for the next one (None: it was not).
+    kept_at: float | None = None
 
     @classmethod
     def open(cls, options: RunOptions, conninfo: str, scheduled: ledger.Scheduled | None,
@@ -131,6 +137,9 @@ class Slot:
                             mode=options.mode, holder=options.holder,
                             slot=None if scheduled is None else scheduled.slot,
                             rerun=options.rerun, limit=options.limit)
+        if scheduled is not None:
+            claim.windows = [w.text for w in options.parsed_windows()] or None
+            claim.backlog = _backlog(options, scheduled)
         notifier = Notifier(options.notify, job=options.job, holder=options.holder)
         return cls(options, session, claim, gate, notifier, scheduled)
 
@@ -151,6 +160,8 @@ class Slot:
             return self.options.conflict_exit_code
         self.claim.hold = self.options.hold(started, self.sent)
         try:
+            if self.claim.run is None and self.claim.missed:
+                return self.catch_up()
             return self.attempts()
         except Interrupted:
             # A run recorded by the acquire but never started (the command was not forked)
@@ -176,6 +187,8 @@ class Slot:
             conn = self.session.get()
             while True:
                 sent = clock.now()
+                # The last try of this trigger: a loss to a run of an older slot counts.
+                self.claim.final = sent >= deadline
                 outcome = self._try_acquire(conn, start)
                 if outcome is lease.Attempt.WON:
                     self.notifier.acquired(self.claim.fencing_token, self.claim.slot)
@@ -207,11 +220,69 @@ class Slot:
                 self.gate.unblock()
 
     def _skipped(self, conn: psycopg.Connection[object], outcome: lease.Attempt) -> None:
-        log.debug("job %r: skipped: %s", self.claim.job, outcome.value)
         claim = self.claim
+        if outcome is lease.Attempt.HELD and claim.was_running:
+            # The previous run (of an older slot) is still going: this slot is skipped.
+            log.debug("job %r: skipped: the run of an earlier slot is still going", claim.job)
+            self.notifier.skipped("running", held_by=lambda: claim.held_by, slot=claim.slot)
+            return
+        log.debug("job %r: skipped: %s", self.claim.job, outcome.value)
         self.notifier.skipped(outcome.name.lower(), held_by=(
             None if outcome is not lease.Attempt.HELD
             else lambda: claim.held_by or lease.holder_of(conn, claim)))
+
+    def in_window(self) -> bool:
+        """Whether this trigger falls in one of the job's --window: then it skips, without
+        a connection (event `skipped`, reason `window`)."""
+        from pglock.settings import schedule
+
+        until = schedule.window_end(self.options.parsed_windows(), datetime.now(UTC))
+        if until is None:
+            return False
+        log.debug("job %r: skipped: in a maintenance window until %s", self.claim.job,
+                  until.isoformat())
+        self.notifier.skipped("window", until=until)
+        return True
+
+    def catch_up(self) -> int:
+        """--catch-up: the missed slots (all, or the newest), oldest first under this lock,
+        then the trigger's own. pglock's exit code: the own slot's, unless it succeeded
+        and a caught-up one did not (then the first such one's): cron mails either."""
+        from pglock.run import catchup
+
+        own = self.scheduled
+        assert own is not None
+        planned = catchup.plan(self.options, self.claim, own.schedule)
+        with database.translated(f"cannot record the catch-up of job {self.claim.job!r}"):
+            if not lease.catch_up(self.session.get(), self.claim, planned.run,
+                                  self.options.retries, planned.given_up):
+                log.warning("job %r: the lock was lost before the catch-up started",
+                            self.claim.job)
+                return int(ExitStatus.INTERNAL)
+        failed = 0
+        self.kept_at = self.sent
+        for when in planned.run:
+            self.more = True
+            self._aim(when, catchup.next_slot(self.options, own.schedule, when))
+            code = self.attempts()
+            if code not in (0, self.options.conflict_exit_code) and not failed:
+                failed = code
+            if self.kept_at is None:
+                # Lost, stopped or interrupted: the rest, and the own slot, are left to
+                # another trigger.
+                return failed or code
+            self.sent = self.kept_at
+        self.more = False
+        self._aim(own.slot, own.next_slot)
+        code = self.attempts()
+        return code if code != 0 else failed
+
+    def _aim(self, when: datetime, following: datetime) -> None:
+        """The next run is for the slot `when`: its start record, environment and events."""
+        assert self.scheduled is not None
+        self.scheduled = self.scheduled._replace(slot=when, next_slot=following)
+        self.claim.slot = when
+        self.notifier.slot(when)
 
     def attempts(self) -> int:
         """The slot's attempts under one lock, renewed through the backoff between them,
@@ -232,7 +303,7 @@ class Slot:
             if done.not_started is not None:
                 self.after(done)
                 raise done.not_started
-            if done.kept_at is None:
+            if done.kept_at is None or not _retrying(done):
                 break
             from pglock.run import retry
 
@@ -242,8 +313,10 @@ class Slot:
                                exit_code=done.result.exit_code, delay=round(wait, 3))
             why = self.back_off(wait, done.kept_at)
             if why is not None:
+                self.kept_at = None
                 return self.interrupted(done, why)
             number = done.run.attempt + 1
+        self.kept_at = last.kept_at
         self.after(last)
         return last.code
 
@@ -315,7 +388,9 @@ class Slot:
                     command=shown(self.options.command[0]), scheduled=self.scheduled,
                     retries=self.options.retries, attempt=attempt))
             except (psycopg.errors.UniqueViolation, psycopg.errors.CheckViolation):
-                lease.release(conn, self.claim)
+                if not self.more:
+                    # (A catch-up keeps the lock for its next slot.)
+                    lease.release(conn, self.claim)
                 log.debug("job %r: skipped: this slot is done", self.claim.job)
                 return None
             except psycopg.Error:
@@ -429,6 +504,10 @@ class Slot:
         from pglock.run.record import record_end, unrecorded
 
         keep = retry and result.retryable and run.attempt < run.attempt_limit
+        # A catch-up keeps the lock for its next slot after a slot's run ended by itself
+        # (not lost, stopped, killed, nor unable to start).
+        keep = keep or (retry and self.more and (
+            result.outcome is Outcome.SUCCEEDED or result.retryable))
         recorded = record_end(self.session, self.claim, run.id, result, keep=keep)
         if keep and recorded.kept_at is None and recorded.failure is not None:
             # Neither kept nor known released: let it go (it expires in its ttl otherwise).
@@ -491,6 +570,30 @@ class Slot:
         note = self.notifier.after_run(last.result, self.before if newest else None, env)
         if note is not None and newest:
             add_note(self.session, self.claim, last.run.id, note)
+
+
+def _retrying(done: Attempted) -> bool:
+    """Whether the lock was kept for another attempt of the same slot (else it was kept,
+    if at all, for a catch-up's next slot)."""
+    return done.result.retryable and done.run.attempt < done.run.attempt_limit
+
+
+def _backlog(options: RunOptions, scheduled: ledger.Scheduled) -> list[datetime] | None:
+    """With --catch-up: the slots before this one that a catch-up may run (the acquire
+    statement says which have no run), oldest first, none older than --deadline."""
+    if options.catch_up == "none":
+        return None
+    from datetime import timedelta
+
+    from pglock.settings import schedule
+
+    zone, source = options.zone()
+    plan = schedule.parse(options.schedule or "", zone, zone_source=source)
+    not_before = None
+    if options.deadline is not None:
+        not_before = datetime.now(UTC) - timedelta(seconds=options.deadline)
+    return schedule.backlog(plan, scheduled.slot, options.catch_up_limit,
+                            options.parsed_windows(), not_before)
 
 
 def _reentrant(options: RunOptions, conninfo: str, nested: Inherited) -> int:

@@ -62,6 +62,11 @@ HISTORY_LIMIT = Bounds(1, 100_000)
 RETRIES = Bounds(0, 100)
 # --limit: the seats of a semaphore.
 SEATS = Bounds(1, 1000)
+# --catch-up-limit: how many missed slots one trigger may run before its own.
+CATCH_UP_LIMIT = Bounds(1, 1000)
+# A --window's length: not in DURATIONS, where a jobs-file key of that name would be read
+# as a duration (a window is a cron expression and a duration).
+WINDOW_LENGTH = Bounds(0, 366 * DAY, above=True)
 # The embedded server's linger (PGLOCK_EMBEDDED_LINGER, embedded_linger): not an option.
 EMBEDDED_LINGER = Bounds(0, 7 * DAY)
 # How long the embedded server stays up after its last user left, unless configured:

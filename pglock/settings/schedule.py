@@ -20,7 +20,7 @@ from typing import Any
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from pglock.errors import UsageError
-from pglock.settings.durations import DURATIONS
+from pglock.settings.durations import DURATIONS, WINDOW_LENGTH, parse_duration
 
 KEYWORDS = ("@yearly", "@annually", "@monthly", "@weekly", "@daily", "@midnight", "@hourly")
 # Missed slots are counted up to here: a minutely job down for a year is "1000+", not a loop.
@@ -86,6 +86,91 @@ class Due:
     @property
     def overdue(self) -> bool:
         return self.missed > 0
+
+
+@dataclass(frozen=True)
+class Window:
+    """A maintenance window (--window 'CRON DURATION'): from each fire time of its
+    expression, for its length (elapsed time: across a DST change it ends an hour later
+    or earlier on the wall clock)."""
+
+    text: str
+    schedule: Schedule
+    length: float
+
+
+def parse_window(text: str, zone: str | None = None, *, zone_source: str = "--tz") -> Window:
+    """'0 2 * * 6 4h' as a Window read in the schedule's zone; UsageError says what is wrong."""
+    parts = text.split()
+    example = "(for example '0 2 * * 6 4h': Saturdays from 02:00 for 4 hours)"
+    if len(parts) < 2:
+        raise UsageError(f"--window: {text!r} is not 'CRON DURATION' {example}")
+    expr, duration = " ".join(parts[:-1]), parts[-1]
+    try:
+        length = parse_duration(duration, option="--window")
+    except UsageError:
+        raise UsageError(f"--window: {duration!r} is not a duration {example}") from None
+    if not WINDOW_LENGTH.admits(length):
+        raise UsageError(f"--window: {duration!r} is out of range ({WINDOW_LENGTH.text()})")
+    try:
+        plan = parse(expr, zone, zone_source=zone_source)
+    except UsageError as error:
+        raise UsageError(str(error).replace("--schedule:", "--window:", 1)) from None
+    return Window(" ".join(parts), plan, length)
+
+
+def window_end(windows: tuple[Window, ...], at: datetime) -> datetime | None:
+    """When the windows `at` falls in end (windows that overlap or follow on without a
+    gap count as one); None: `at` is in none."""
+    end: datetime | None = None
+    moment = _utc(at)
+    for window in windows:
+        length = timedelta(seconds=window.length)
+        start = slot(window.schedule, moment)
+        until = _utc(start) + length
+        if until <= moment:
+            continue
+        # A window longer than its interval runs into the next: one window to its last end.
+        following = _fire_times(window.schedule, start)
+        for _ in range(MISSED_LIMIT):
+            after = _utc(next(following))
+            if after > until:
+                break
+            until = max(until, after + length)
+        end = until if end is None else max(end, until)
+    return end
+
+
+def backlog(schedule: Schedule, current: datetime, limit: int,
+            windows: tuple[Window, ...] = (), not_before: datetime | None = None,
+            ) -> list[datetime]:
+    """The `limit` fire times before the slot `current` that a catch-up may run, oldest
+    first: those in a window are no slot to catch up, nor those before `not_before` (the
+    deadline)."""
+    found: list[datetime] = []
+    times = _fire_times(schedule, _utc(current), backward=True)
+    for _ in range(MISSED_LIMIT + limit):
+        moment = next(times)
+        if len(found) >= limit or (not_before is not None and _utc(moment) < _utc(not_before)):
+            break
+        if not windows or window_end(windows, moment) is None:
+            found.append(moment)
+    return found[::-1]
+
+
+def count_between(schedule: Schedule, after: datetime, before: datetime,
+                  windows: tuple[Window, ...] = ()) -> tuple[int, datetime | None]:
+    """Fire times strictly between two moments, outside the windows (up to MISSED_LIMIT),
+    and the newest of them."""
+    count, newest = 0, None
+    times = _fire_times(schedule, _utc(after))
+    for _ in range(10 * MISSED_LIMIT):
+        moment = next(times)
+        if _utc(moment) >= _utc(before) or count >= MISSED_LIMIT:
+            break
+        if not windows or window_end(windows, moment) is None:
+            count, newest = count + 1, moment
+    return count, newest
 
 
 def parse(expr: str, zone: str | None = None, *, zone_source: str = "--tz") -> Schedule:
@@ -212,14 +297,20 @@ def slot_info(schedule: Schedule, at: datetime) -> SlotInfo:
     return SlotInfo(current, previous, next_after(schedule, current))
 
 
-def due(schedule: Schedule, due_at: datetime, now: datetime, grace: float) -> Due:
-    """Standing at `now` of a job whose first slot without a run is `due_at`."""
+def due(schedule: Schedule, due_at: datetime, now: datetime, grace: float,
+        windows: tuple[Window, ...] = ()) -> Due:
+    """Standing at `now` of a job whose first slot without a run is `due_at`; a slot in
+    one of its windows is never missed."""
     if _utc(due_at) > _utc(now):
         # The common case costs no croniter call: status reads thousands of these.
         return Due(due_at, due_at, 0)
     limit = _utc(now) - timedelta(seconds=grace)
     missed = 0
     times = _fire_times(schedule, _utc(due_at) - _HAIR)
-    while missed < MISSED_LIMIT and _utc(next(times)) < limit:
-        missed += 1
+    for _ in range(10 * MISSED_LIMIT):
+        moment = next(times)
+        if missed >= MISSED_LIMIT or _utc(moment) >= limit:
+            break
+        if not windows or window_end(windows, moment) is None:
+            missed += 1
     return Due(due_at, next_after(schedule, now), missed)

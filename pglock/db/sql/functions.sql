@@ -184,16 +184,24 @@ $$;
 -- proves an unreleased advisory row's holder gone. It acts only when the caller's version
 -- is the schema's: an older pglock asks for an upgrade, a newer schema refuses an older
 -- pglock (it returns the version alone).
+-- Schedules, round two (docs/schedules.md): a final loser of a slot (p_final: it will not
+-- try again) that finds the lock held by a run of an older slot counts the slot as
+-- skipped while running, once per slot however many hosts lose it (was_running says so
+-- to each of them). A winner given catch-up candidates (p_backlog, oldest first) learns
+-- which have no run yet since the job's last slot (missed_slots) and that slot
+-- (prior_slot); it then records no start of its own slot, whose run comes after them.
+-- Slots that went by while the job was paused are not caught up.
 CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_version integer, p_job text, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_ttl interval, p_slot timestamptz, p_handover_from bigint,
     p_rerun boolean, p_command text, p_schedule text, p_timezone text,
     p_next_slot timestamptz, p_grace interval, p_retries integer, p_attempt integer,
-    p_limit integer)
+    p_limit integer, p_final boolean, p_backlog timestamptz[], p_windows text[])
 RETURNS TABLE (schema_version integer, session_held boolean, slot_ran boolean,
                is_paused boolean, token bigint, first_handover bigint, held_by text,
                run_id bigint, run_started_at timestamptz, run_attempt integer,
-               run_attempt_limit integer, seat integer)
+               run_attempt_limit integer, seat integer, was_running boolean,
+               missed_slots timestamptz[], prior_slot timestamptz)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -313,17 +321,99 @@ BEGIN
                CASE WHEN expires_at > clock_timestamp() THEN holder END
         INTO first_handover, held_by
         FROM {schema}.locks WHERE job = p_job;
+        IF p_slot IS NOT NULL AND NOT slot_ran AND NOT is_paused AND held_by IS NOT NULL THEN
+            -- Held by a run of an older slot (or its retries): this slot is skipped while
+            -- running. Counted by the first final loser only (the others find the slot
+            -- counted, after waiting for its row): one index lookup for the rest.
+            -- (Not when the holder catches up before running this very slot: its acquire
+            -- opened this slot's row.)
+            was_running := EXISTS (SELECT 1 FROM {schema}.jobs
+                                   WHERE job = p_job AND last_slot < p_slot)
+                AND NOT EXISTS (SELECT 1 FROM {schema}.slots
+                                WHERE job = p_job AND slot = p_slot);
+            IF was_running AND p_final THEN
+                UPDATE {schema}.jobs SET
+                    skipped_running = coalesce(skipped_running, 0) + 1,
+                    skipped_running_slot = p_slot,
+                    skipped_running_streak = coalesce(skipped_running_streak, 0) + 1
+                WHERE job = p_job AND last_slot < p_slot
+                  AND (skipped_running_slot IS NULL OR skipped_running_slot < p_slot);
+            END IF;
+        END IF;
         RETURN NEXT;
         RETURN;
     END IF;
-    IF p_command IS NOT NULL THEN
+    IF p_backlog IS NOT NULL THEN
+        -- Only against the same schedule: a new expression starts afresh.
+        SELECT j.last_slot INTO prior_slot FROM {schema}.jobs j
+        WHERE j.job = p_job AND j.schedule = p_schedule AND j.timezone = p_timezone;
+        missed_slots := ARRAY(
+            SELECT c FROM unnest(p_backlog) c
+            WHERE c > prior_slot AND c < p_slot
+              AND NOT EXISTS (SELECT 1 FROM {schema}.slots s
+                              WHERE s.job = p_job AND s.slot = c AND s.attempts > 0)
+              AND NOT EXISTS (SELECT 1 FROM {schema}.runs r
+                              WHERE r.job = p_job AND r.slot = c)
+              -- Not while paused (an expired pause's row stays), nor before a resume.
+              AND NOT EXISTS (SELECT 1 FROM {schema}.pauses p
+                              WHERE p.job IN (p_job, '') AND c >= p.paused_at
+                                AND (p.until IS NULL OR c < p.until))
+              AND c > coalesce((SELECT max(a.at) FROM {schema}.audit a
+                                WHERE (a.job = p_job OR a.job IS NULL)
+                                  AND a.action = 'resume'), '-infinity')
+            ORDER BY c);
+        IF cardinality(missed_slots) > 0 THEN
+            -- This slot's run comes after the catch-up: its row, opened with the lock,
+            -- tells the hosts that lose meanwhile that it is not skipped.
+            INSERT INTO {schema}.slots (job, slot, attempts, attempt_limit, retries)
+            VALUES (p_job, p_slot, 0, 1 + p_retries, p_retries)
+            ON CONFLICT (job, slot) DO NOTHING;
+        END IF;
+    END IF;
+    IF p_command IS NOT NULL AND coalesce(cardinality(missed_slots), 0) = 0 THEN
         SELECT s.run_id, s.started_at, s.attempt, s.attempt_limit
         INTO run_id, run_started_at, run_attempt, run_attempt_limit
         FROM {schema}.record_start(p_job, p_slot, p_mode, p_holder, p_holder_pid,
                                    p_holder_id, token, p_command, p_schedule, p_timezone,
                                    p_next_slot, p_grace, p_retries, p_attempt) s;
     END IF;
+    IF p_slot IS NOT NULL THEN
+        -- The job's windows as this run gives them (status reads them); written only when
+        -- they change.
+        UPDATE {schema}.jobs SET windows = p_windows
+        WHERE job = p_job AND windows IS DISTINCT FROM p_windows;
+    END IF;
     RETURN NEXT;
+END
+$$;
+
+-- catch_up: what a winner that catches up (--catch-up) records before its first run: the
+-- slots it will run, marked caught up (their rows open with no attempt yet, so that
+-- history tells them apart), and the slots it gives up, older than its limit or
+-- deadline (a count, and the newest of them). Only under the lock the caller holds.
+CREATE OR REPLACE FUNCTION {schema}.catch_up(
+    p_job text, p_holder_id text, p_fencing_token bigint, p_slots timestamptz[],
+    p_retries integer, p_skipped integer, p_skipped_latest timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM 1 FROM {schema}.locks
+    WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp();
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM set_config('synchronous_commit', 'on', true);
+    INSERT INTO {schema}.slots (job, slot, attempts, attempt_limit, retries, caught_up)
+    SELECT p_job, c, 0, 1 + p_retries, p_retries, true FROM unnest(p_slots) c
+    ON CONFLICT (job, slot) DO UPDATE SET caught_up = true;
+    IF p_skipped > 0 THEN
+        UPDATE {schema}.jobs SET
+            catch_up_skipped = coalesce(catch_up_skipped, 0) + p_skipped,
+            catch_up_skipped_slot = greatest(catch_up_skipped_slot, p_skipped_latest)
+        WHERE job = p_job;
+    END IF;
+    RETURN true;
 END
 $$;
 
@@ -605,7 +695,13 @@ BEGIN
         dead_attempts = CASE WHEN NOT f.newer THEN j.dead_attempts WHEN d.dead THEN d.attempts
                              WHEN f.outcome = 'succeeded' THEN NULL ELSE j.dead_attempts END,
         dead_error = CASE WHEN NOT f.newer THEN j.dead_error WHEN d.dead THEN v_error_line
-                          WHEN f.outcome = 'succeeded' THEN NULL ELSE j.dead_error END
+                          WHEN f.outcome = 'succeeded' THEN NULL ELSE j.dead_error END,
+        -- Slots skipped in a row while runs outlasted their interval: back to none once
+        -- a run ends that skipped no slot (none newer than its own was skipped).
+        skipped_running_streak = CASE WHEN f.newer AND f.slot IS NOT NULL
+                                       AND (j.skipped_running_slot IS NULL
+                                            OR j.skipped_running_slot <= f.slot)
+                                      THEN 0 ELSE j.skipped_running_streak END
     FROM finished f JOIN before b ON b.job = f.job LEFT JOIN slot_end d ON d.job = f.job
     WHERE j.job = f.job
     RETURNING true, b.last_outcome, f.newer INTO recorded, previous_outcome, newest;
@@ -652,7 +748,8 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
                           text, timestamptz, interval, integer, integer),
     {schema}.acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint,
                      boolean, text, text, text, timestamptz, interval, integer, integer,
-                     integer),
+                     integer, boolean, timestamptz[], text[]),
+    {schema}.catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz),
     {schema}.start_run(text, text, bigint, text, timestamptz, text, text, timestamptz,
                        interval, integer, integer),
     {schema}.renew(text, text, bigint, boolean),
