@@ -65,8 +65,10 @@ class ConfiguredJob:
 
     @property
     def schedule(self) -> str | None:
+        from pglock.settings.schedule import normal
+
         value = self.values.get("schedule")
-        return None if value is None else " ".join(str(value).split())
+        return None if value is None else normal(str(value))
 
     @property
     def tz(self) -> str | None:

@@ -129,8 +129,8 @@ USAGE = [
     pytest.param((*RUN, "--grace", "1m", "--", "true"), 2, "pglock: --grace needs --schedule",
                  id="grace-without-schedule"),
     pytest.param((*RUN, "--schedule", "61 * * * *", "--", "true"), 2,
-                 "pglock: --schedule: '61 * * * *' is not a valid cron expression "
-                 "([61 * * * *] is not acceptable, out of range)", id="cron-out-of-range"),
+                 "pglock: --schedule: '61 * * * *' is not a cron expression cron reads alike: "
+                 "the minute field '61' has 61, out of 0-59", id="cron-out-of-range"),
     pytest.param((*RUN, "--schedule", "every day", "--", "true"), 2,
                  "pglock: --schedule: 'every day' is not a cron expression (five fields "
                  "'MIN HOUR DAY MONTH WEEKDAY', or @hourly, @daily, @weekly, ...)",

@@ -340,3 +340,26 @@ def test_the_documented_file_gives_the_documented_crontab() -> None:
     jobs = [jobsfile.checked(path, name, table)
             for name, table in jobsfile.tables(path, tomllib.loads(toml)).values()]
     assert crontab.fragment(path, jobs, "/usr/local/bin/pglock", "app") == documented
+
+
+@pytest.mark.parametrize("name", ["a\n* * * * * root touch /tmp/owned #", "a\rb", "a\x85b",
+                                  "a\u2028b", "caf\udce9"])
+def test_a_config_path_cron_cannot_carry_adds_no_entry(tmp_path: Path, name: str) -> None:
+    try:
+        folder = tmp_path / name
+        folder.mkdir()
+    except (OSError, UnicodeEncodeError):
+        pytest.skip("the file system refuses the name")
+    path = config_file(folder, THREE)
+    called = invoke("crontab", env={"PGLOCK_CONFIG": str(path)})
+    assert called.code == 2 and called.stdout == ""
+    assert called.stderr.count("\n") == 1
+    assert called.stderr.startswith("pglock: the config file's path ")
+    assert "a cron line cannot name it" in called.stderr
+
+
+def test_the_crontab_writes_keywords_as_cron_reads_them(tmp_path: Path) -> None:
+    path = config_file(tmp_path, '[jobs.a]\ncommand = ["true"]\nschedule = "@DAILY"\n')
+    _, jobs = _every(path)
+    assert crontab.fragment(path, jobs, "/usr/bin/pglock").splitlines()[-1].startswith(
+        "@daily PGLOCK_CONFIG=")
