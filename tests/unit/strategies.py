@@ -51,7 +51,8 @@ def jobs_file_tables() -> st.SearchStrategy[dict[str, Any]]:
 
     keys = sorted(table_keys())
     command = st.one_of(argv, hostile_text, toml_values)
-    others = st.dictionaries(st.sampled_from(keys), st.one_of(toml_values, hostile_text),
+    others = st.dictionaries(st.one_of(st.sampled_from(keys), st.sampled_from(keys), hostile_text),
+                             st.one_of(toml_values, hostile_text),
                              max_size=2)
     return st.tuples(command, others).map(lambda pair: {"command": pair[0], **pair[1]})
 

@@ -8,16 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
 from typer._click.core import ParameterSource
 
 from pglock.cli import app as cli
 from pglock.cli import runline, starting
+from pglock.errors import UsageError
 from pglock.operate import crontab
 from pglock.reports import configured
 from pglock.run import flags as run_flags
 from pglock.run import jobsfile
 
-from .. import jobfactory
+from .. import jobfactory, strategies
 from ..inprocess import UNREACHABLE, invoke
 
 GOOD = """
@@ -363,3 +365,22 @@ def test_the_crontab_writes_keywords_as_cron_reads_them(tmp_path: Path) -> None:
     _, jobs = _every(path)
     assert crontab.fragment(path, jobs, "/usr/bin/pglock").splitlines()[-1].startswith(
         "@daily PGLOCK_CONFIG=")
+
+
+@strategies.PURE
+@given(strategies.jobs_file_tables(), strategies.hostile_text)
+def test_any_table_is_checked_or_refused_in_one_line(table: dict[str, Any], name: str) -> None:
+    """Generated tables: every key with values of every TOML type and hostile strings. A
+    table is accepted whole or refused with one line naming it, never another error."""
+    path = Path("/etc/pglock/config.toml")
+    try:
+        [(written, found)] = jobsfile.tables(path, {"jobs": {name: table}}).values()
+        job = jobsfile.checked(path, written, found)
+    except UsageError as error:
+        message = str(error)
+        assert message.startswith("config file /etc/pglock/config.toml: [jobs.")
+        assert "\n" not in message and "\x00" not in message
+        return
+    assert job.command and not any("\x00" in argument for argument in job.command)
+    for value in job.values.values():
+        assert not (isinstance(value, str) and "\x00" in value)
