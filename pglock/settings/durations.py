@@ -59,6 +59,8 @@ HISTORY_LIMIT = Bounds(1, 100_000)
 RETRIES = Bounds(0, 100)
 # --limit: the seats of a semaphore.
 SEATS = Bounds(1, 1000)
+# --reason of the operator commands, in characters: an audit row's note, not a document.
+REASON_LENGTH = Bounds(1, 1000)
 # The embedded server's linger (PGLOCK_EMBEDDED_LINGER, embedded_linger): not an option.
 EMBEDDED_LINGER = Bounds(0, 7 * DAY)
 # How long the embedded server stays up after its last user left, unless configured:
@@ -92,6 +94,21 @@ def parse_duration(text: str, *, option: str = "duration") -> float:
     if bounds is not None and not (math.isfinite(seconds) and bounds.admits(seconds)):
         raise UsageError(f"{option}: {text.strip()} is out of range ({bounds.text()})")
     return seconds
+
+
+def check_reason(reason: str | None, required: str | None) -> str | None:
+    """An operator's --reason: given when `required` (the message if not), within
+    REASON_LENGTH characters, without NUL (no database column takes one)."""
+    if reason is None or not reason.strip():
+        if required is not None:
+            raise UsageError(required)
+        return reason
+    if len(reason) > REASON_LENGTH.high:
+        raise UsageError(f"--reason: {len(reason)} characters; at most "
+                         f"{REASON_LENGTH.high:g}")
+    if "\0" in reason:
+        raise UsageError("--reason: contains a NUL character")
+    return reason
 
 
 def check_count(value: int, option: str, bounds: Bounds) -> int:
