@@ -22,7 +22,7 @@ from pglock.cli.app import (
 from pglock.cli.operator import _say
 from pglock.errors import UsageError
 from pglock.settings.config import check_job
-from pglock.settings.durations import parse_duration
+from pglock.settings.durations import check_reason, parse_duration
 
 if TYPE_CHECKING:
     from pglock.operate.control import Paused, Resumed, StopRequest, StopResult, Until
@@ -83,8 +83,7 @@ def pause(
     _configure_output(verbose, quiet)
     from pglock.operate import admin, control
 
-    if not reason.strip():
-        raise UsageError("--reason is required: say why, for whoever finds the pause")
+    check_reason(reason, "--reason is required: say why, for whoever finds the pause")
     names = _names(job)
     ends = _until(until)
     with connected(dsn, schema, connect_timeout, "pause") as (conn, _, name):
@@ -124,6 +123,7 @@ def resume(
     _configure_output(verbose, quiet)
     from pglock.operate import admin, control
 
+    check_reason(reason, None)
     names = _names(job)
     with connected(dsn, schema, connect_timeout, "resume") as (conn, _, name):
         done = control.resume(conn, name, names, every=every, reason=reason,
@@ -173,8 +173,7 @@ def stop(
     _configure_output(verbose, quiet)
     from pglock.operate import admin, control
 
-    if not reason.strip():
-        raise UsageError("--reason is required: say why, for the audit row")
+    check_reason(reason, "--reason is required: say why, for the audit row")
     name_of_job = check_job(job)
     with connected(dsn, schema, connect_timeout, "stop") as (conn, _, name):
         request = control.stop(conn, name, name_of_job, reason=reason, by=admin.operator())
@@ -228,8 +227,7 @@ def forget(
     _configure_output(verbose, quiet)
     from pglock.operate import admin, control
 
-    if not reason.strip():
-        raise UsageError("--reason is required: say why, for the audit row")
+    check_reason(reason, "--reason is required: say why, for the audit row")
     name_of_job = check_job(job)
     with connected(dsn, schema, connect_timeout, "forget") as (conn, _, name):
         control.forget(conn, name, name_of_job, reason=reason, by=admin.operator())
@@ -272,8 +270,7 @@ def replay(
     _configure_output(verbose, quiet)
     from pglock.operate import admin, control
 
-    if not reason.strip():
-        raise UsageError("--reason is required: say why, for the audit row")
+    check_reason(reason, "--reason is required: say why, for the audit row")
     name_of_job = check_job(job)
     moment = _slot(slot)
     with connected(dsn, schema, connect_timeout, "replay") as (conn, _, name):

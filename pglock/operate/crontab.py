@@ -20,7 +20,7 @@ from pathlib import Path
 
 from pglock.errors import UsageError
 from pglock.run.jobsfile import ConfiguredJob, table_name
-from pglock.settings.config import shown
+from pglock.settings.config import shown, undecodable
 
 # A user name as /etc/cron.d takes it: one word, no control characters.
 _USER = re.compile(r"[^\s\x00-\x1f\x7f]+")
@@ -42,12 +42,24 @@ def program() -> str:
     return os.path.abspath(found)
 
 
+def _cron_text(text: str, what: str) -> str:
+    """`text` as a crontab line carries it: no line break or other control character (a
+    newline would end the line and start another entry), and UTF-8 (an escape would name
+    another file)."""
+    if undecodable(text) or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text) \
+            or "\u2028" in text or "\u2029" in text:
+        raise UsageError(f"{what} {shown(text)!r} has a control character or bytes that are "
+                         "not UTF-8: a cron line cannot name it (move the file)")
+    return text
+
+
 def fragment(path: Path, jobs: Sequence[ConfiguredJob], pglock: str,
              user: str | None = None) -> str:
     """The crontab lines (with `user`, an /etc/cron.d file's) for `jobs` of `path`."""
     if user is not None and not _USER.fullmatch(user):
         raise UsageError(f"--user: {user!r} is not a user name")
-    config = shown(str(path.absolute()))
+    config = _cron_text(str(path.absolute()), "the config file's path")
+    pglock = _cron_text(pglock, "pglock's path")
     lines = [f"# pglock crontab: the jobs of {config}; edit that file, then run",
              "# `pglock crontab` again. The schedules are read from it by cron and pglock alike."]
     zoned = sorted((job for job in jobs if job.tz is not None and job.schedule is not None),

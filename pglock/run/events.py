@@ -75,15 +75,17 @@ class EventLog:
     def emit(self, event: str, *, warning: bool = False, **fields: Any) -> None:
         """Write one event (to syslog as a warning if something went wrong); a failure to
         write is said with -v and otherwise ignored. Fields that are None are left out."""
-        record = {"ts": datetime.now(UTC).isoformat(timespec="microseconds"), "event": event,
-                  **self.context, **fields}
-        record = {k: v for k, v in record.items() if v is not None}
-        line = json.dumps(record, default=_plain, ensure_ascii=False, separators=(",", ":"))
         if self.stuck:
             return
         try:
+            record = {"ts": datetime.now(UTC).isoformat(timespec="microseconds"),
+                      "event": event, **self.context, **fields}
+            record = {k: v for k, v in record.items() if v is not None}
+            # Text that came from bytes not UTF-8 (a command's path) is written escaped.
+            line = json.dumps(record, default=_plain, ensure_ascii=False,
+                              separators=(",", ":")).encode("utf-8", "backslashreplace")
             if self.fd is not None:
-                self._write((line + "\n").encode())
+                self._write(line + b"\n")
             elif self.sock is not None:
                 with self.lock:
                     self._send(line, warning)
@@ -91,7 +93,7 @@ class EventLog:
             self.stuck = True
             log.warning("--event-log %s takes no events (waited %gs); the rest of this run's "
                         "events are not logged", self.target, EVENT_WAIT)
-        except OSError as error:
+        except Exception as error:  # an event log never stops a run
             log.info("--event-log %s: %s event not written: %s", self.target, event, error)
 
     def _write(self, data: bytes) -> None:
@@ -118,11 +120,11 @@ class EventLog:
         sock.connect(self.socket_path)
         return sock
 
-    def _send(self, line: str, warning: bool) -> None:
+    def _send(self, line: bytes, warning: bool) -> None:
         assert self.sock is not None
         priority = _WARNING if warning else _INFO
         stamp = time.strftime("%b %e %H:%M:%S")
-        message = f"<{priority}>{stamp} pglock[{os.getpid()}]: {line}".encode()
+        message = f"<{priority}>{stamp} pglock[{os.getpid()}]: ".encode() + line
         try:
             self.sock.send(message)
         except (BlockingIOError, TimeoutError):

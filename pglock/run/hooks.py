@@ -5,40 +5,98 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import signal
 import subprocess
 
+from pglock.lock import clock
 from pglock.run.told import Told
 
-# How much of a failed hook's output is kept for -v and the history note.
+# How much of a failed hook's output is kept for -v and the history note: only the end of
+# it is ever kept in memory, however much the hook writes.
 HOOK_OUTPUT = 500
+# After the hook exits, how long its output is read on for what a child it left behind
+# (holding the pipe) still writes: pglock does not wait for that child.
+HOOK_DRAIN = 0.5
+_CHUNK = 65536
 
 
 def run_hook(name: str, command: str, env: dict[str, str], stdin: bytes,
              timeout: float) -> tuple[Told, int | None]:
     """`sh -c command` in a session of its own, killed (its whole group) at the timeout;
-    its output is kept (the end of it) only to say why it failed."""
+    the end of its output is kept only to say why it failed."""
     what = f"{name} hook"
     try:
         process = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
                                    stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
                                    start_new_session=True)
-    except OSError as error:
-        return Told(what, False, f"could not start: {error.strerror or error}"), None
+    except (OSError, ValueError) as error:
+        reason = error.strerror if isinstance(error, OSError) and error.strerror else error
+        return Told(what, False, f"could not start: {reason}"), None
     try:
-        output, _ = process.communicate(stdin, timeout=timeout)
-    except subprocess.TimeoutExpired:
-        with contextlib.suppress(ProcessLookupError):
+        output, timed_out = _exchange(process, stdin, clock.now() + timeout)
+    finally:
+        for stream in (process.stdin, process.stdout):
+            if stream is not None:
+                with contextlib.suppress(OSError):
+                    stream.close()
+    if timed_out:
+        with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
-        try:
-            process.communicate(timeout=1.0)
-        except subprocess.TimeoutExpired:
-            # Something that left the group still holds its output pipe.
-            process.wait()
+        process.wait()
         return Told(what, False, f"killed after --hook-timeout {timeout:g}s"), None
-    if process.returncode == 0:
+    code = process.wait()
+    if code == 0:
         return Told(what, True, "exited 0"), 0
-    said = output[-HOOK_OUTPUT:].decode(errors="replace").strip().replace("\n", " | ")
-    code = process.returncode
+    said = output.decode(errors="replace").strip().replace("\n", " | ")
     detail = f"killed by signal {-code}" if code < 0 else f"exited {code}"
     return Told(what, False, detail + (f": {said}" if said else "")), code
+
+
+def _exchange(process: subprocess.Popen[bytes], stdin: bytes,
+              deadline: float) -> tuple[bytes, bool]:
+    """Feed `stdin` and read the output in one loop, keeping its last HOOK_OUTPUT bytes,
+    until the hook has exited and its output closed (or HOOK_DRAIN after its exit), or the
+    deadline; the output's end, and whether the deadline came first."""
+    assert process.stdin is not None and process.stdout is not None
+    reader: int | None = process.stdout.fileno()
+    writer: int | None = process.stdin.fileno()
+    pending = memoryview(stdin)
+    if not pending:
+        process.stdin.close()
+        writer = None
+    else:
+        os.set_blocking(process.stdin.fileno(), False)
+    kept = bytearray()
+    exited_at: float | None = None
+    while True:
+        now = clock.now()
+        if exited_at is None and process.poll() is not None:
+            exited_at = now
+        if exited_at is not None and reader is None:
+            return bytes(kept), False
+        limit = deadline if exited_at is None else min(deadline, exited_at + HOOK_DRAIN)
+        if now >= limit:
+            return bytes(kept), exited_at is None
+        readable, writable, _ = select.select([reader] if reader is not None else [],
+                                              [writer] if writer is not None else [], [],
+                                              min(0.1, limit - now))
+        if writable and writer is not None:
+            try:
+                pending = pending[os.write(writer, pending[:_CHUNK]):]
+            except BlockingIOError:
+                pass
+            except OSError:
+                # The hook does not read its stdin: what it did not take is dropped.
+                pending = pending[:0]
+            if not pending:
+                process.stdin.close()
+                writer = None
+        if readable and reader is not None:
+            chunk = os.read(reader, _CHUNK)
+            if not chunk:
+                process.stdout.close()
+                reader = None
+            else:
+                kept += chunk
+                del kept[:-HOOK_OUTPUT]

@@ -65,8 +65,10 @@ class ConfiguredJob:
 
     @property
     def schedule(self) -> str | None:
+        from pglock.settings.schedule import normal
+
         value = self.values.get("schedule")
-        return None if value is None else " ".join(str(value).split())
+        return None if value is None else normal(str(value))
 
     @property
     def tz(self) -> str | None:
@@ -78,8 +80,20 @@ def table_name(name: str) -> str:
     """How the job's table is written in TOML: [jobs.backup], [jobs."a b"]."""
     if _BARE_KEY.fullmatch(name):
         return f"[jobs.{name}]"
-    escaped = shown(name).replace("\\", "\\\\").replace('"', '\\"')
-    return f'[jobs."{escaped}"]'
+    return f'[jobs."{"".join(_escaped(c) for c in name)}"]'
+
+
+def _escaped(char: str) -> str:
+    """A character of a quoted TOML key as shown: control characters, line separators and
+    bytes that are not UTF-8 as escapes (text is data, never a line break or an escape)."""
+    code = ord(char)
+    if char in '"\\':
+        return "\\" + char
+    if 0xDC80 <= code <= 0xDCFF:
+        return f"\\x{code - 0xDC00:02x}"
+    if code < 32 or 127 <= code < 160 or char in "\u2028\u2029":
+        return f"\\u{code:04X}"
+    return char
 
 
 class _Where:
@@ -92,6 +106,9 @@ class _Where:
     def error(self, message: str, key: str | None = None) -> UsageError:
         if key is None:
             return UsageError(f"{self.prefix}: {message}")
+        if not _BARE_KEY.fullmatch(key):
+            key = f'"{"".join(_escaped(c) for c in key)}"'
+
         # run's own message names the option (--ttl: ...); here the key is its name.
         for head in (f"--{key}: ", f"--{key} "):
             if message.startswith(head):

@@ -37,6 +37,10 @@ if TYPE_CHECKING:
 # (docs/lease.md, "The hold").
 DEFAULT_HOLD = 20.0
 CATCH_UP = ("none", "latest", "all")
+# Linux's limit on one argument or variable (32 pages), and what pglock's own PGLOCK_*
+# variables add to the command's environment, at most.
+MAX_ARG_STRLEN = 32 * 4096
+ENV_RESERVE = 16 * 1024
 
 
 @dataclass(frozen=True, eq=False)
@@ -96,6 +100,8 @@ class RunOptions:
         check_job(self.job)
         if not self.command:
             raise UsageError("no command given: pglock run --job NAME -- COMMAND [ARG...]")
+        self._validate_strings()
+        check_argv(self.command)
         self._validate_ranges()
         check_ttl(self.ttl, self.kill_after)
         if self.mode not in ("lease", "advisory"):
@@ -134,6 +140,19 @@ class RunOptions:
             raise UsageError("--expect-duration: MIN is above MAX")
         if self.notify.on_slow is not None and self.expect_max is None:
             raise UsageError("--on-slow needs --expect-duration with a MAX (..MAX)")
+
+    def _validate_strings(self) -> None:
+        """No NUL in any text: no program, variable, file name or database takes one."""
+        notify = self.notify
+        for option, value in (("--holder", self.holder), ("--schedule", self.schedule),
+                              ("--tz", self.tz), ("--on-failure", notify.on_failure),
+                              ("--on-success", notify.on_success),
+                              ("--on-recovery", notify.on_recovery),
+                              ("--on-slow", notify.on_slow), ("--ping-url", notify.ping_url),
+                              ("--event-log", notify.event_log),
+                              *(("--window", window) for window in self.windows)):
+            if value is not None and "\0" in value:
+                raise UsageError(f"{option}: contains a NUL character")
 
     def _validate_ranges(self) -> None:
         """The ranges of durations.DURATIONS, for callers that did not parse text."""
@@ -198,6 +217,39 @@ class RunOptions:
         self.parsed_windows()
         if self.deadline is not None and self.deadline <= 0:
             raise UsageError("--deadline must be more than 0")
+
+
+def check_argv(argv: list[str]) -> None:
+    """Refuse a command the OS cannot execute whatever it is: a NUL in an argument, an
+    argument longer than Linux takes (MAX_ARG_STRLEN), or an argument list that with the
+    environment passes ARG_MAX (E2BIG at the fork, after the lock was taken)."""
+    total = 0
+    for number, argument in enumerate(argv):
+        if "\0" in argument:
+            which = "the program" if number == 0 else f"argument {number}"
+            raise UsageError(f"command: {which} contains a NUL character, which no program "
+                             "can be given")
+        size = len(os.fsencode(argument)) + 1
+        if size > MAX_ARG_STRLEN:
+            which = "the program" if number == 0 else f"argument {number}"
+            raise UsageError(f"command: {which} is {size - 1} bytes long; the system takes at "
+                             f"most {MAX_ARG_STRLEN - 1}")
+        total += size + 8
+    environment = sum(len(os.fsencode(k)) + len(os.fsencode(v)) + 10
+                      for k, v in os.environ.items())
+    limit = _arg_max()
+    if total + environment + ENV_RESERVE > limit:
+        raise UsageError(f"command: the arguments ({total} bytes) and the environment "
+                         f"({environment} bytes) are more than the system takes ({limit} "
+                         "bytes, ARG_MAX)")
+
+
+def _arg_max() -> int:
+    try:
+        found = os.sysconf("SC_ARG_MAX")
+    except (ValueError, OSError):
+        found = -1
+    return found if found > 0 else 128 * 1024
 
 
 def run_options(v: Mapping[str, Any]) -> RunOptions:

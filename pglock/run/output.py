@@ -9,6 +9,7 @@ blocks that thread only, never the loop that must stop the command when the lock
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import selectors
 import struct
@@ -17,6 +18,8 @@ from typing import IO
 
 from pglock.errors import UsageError
 from pglock.settings.durations import OUTPUT_TAIL
+
+log = logging.getLogger(__name__)
 
 DEFAULT_TAIL = 4096
 # The tail goes into a history row; more than this belongs in a log, not in `runs`.
@@ -69,26 +72,63 @@ class Tail:
 
 
 class HeldBack:
-    """Everything the command wrote, with the stream of each chunk, in order."""
+    """Everything the command wrote, with the stream of each chunk, in order: in memory up
+    to SPOOL, then in a temporary file. When that file cannot be written (a full TMPDIR),
+    add() raises OSError and what was held is still whole (replay)."""
 
     def __init__(self) -> None:
-        import tempfile  # only chronic-style runs need it
-
-        # Closed by close(), once the run's outcome says whether to print it.
-        self.file: IO[bytes] = tempfile.SpooledTemporaryFile(max_size=SPOOL)  # noqa: SIM115
+        self.memory = bytearray()
+        self.file: IO[bytes] | None = None
+        # The bytes of whole records in the file: a failed write leaves none half there.
+        self.spilled = 0
 
     def add(self, fd: int, chunk: bytes) -> None:
-        self.file.write(_RECORD.pack(fd, len(chunk)) + chunk)
+        record = _RECORD.pack(fd, len(chunk)) + chunk
+        if self.file is None and len(self.memory) + len(record) <= SPOOL:
+            self.memory += record
+            return
+        if self.file is None:
+            import tempfile  # only chronic-style runs with much output need it
+
+            self.file = tempfile.TemporaryFile(buffering=0)  # noqa: SIM115
+        fd_out = self.file.fileno()
+        os.lseek(fd_out, self.spilled, os.SEEK_SET)
+        view = memoryview(record)
+        while view:
+            view = view[os.write(fd_out, view):]
+        self.spilled += len(record)
 
     def replay(self) -> None:
         """Write it all out, each chunk to the stream it came from."""
+        _replay(bytes(self.memory))
+        if self.file is None:
+            return
+        # Record by record: a spilled output is never read whole into memory.
         self.file.seek(0)
-        while header := self.file.read(_RECORD.size):
-            fd, length = _RECORD.unpack(header)
-            write_all(fd, self.file.read(length))
+        left = self.spilled
+        while left >= _RECORD.size:
+            fd, length = _RECORD.unpack(self.file.read(_RECORD.size))
+            left -= _RECORD.size + length
+            while length:
+                piece = self.file.read(min(length, _CHUNK))
+                if not piece:
+                    return
+                write_all(fd, piece)
+                length -= len(piece)
 
     def close(self) -> None:
-        self.file.close()
+        self.memory = bytearray()
+        if self.file is not None:
+            self.file.close()
+            self.file = None
+
+
+def _replay(records: bytes) -> None:
+    view = memoryview(records)
+    while len(view) >= _RECORD.size:
+        fd, length = _RECORD.unpack(view[:_RECORD.size])
+        write_all(fd, view[_RECORD.size:_RECORD.size + length].tobytes())
+        view = view[_RECORD.size + length:]
 
 
 def write_all(fd: int, data: bytes) -> bool:
@@ -182,6 +222,19 @@ class Capture:
             if self.tail is not None:
                 self.tail.add(chunk)
             if self.held is not None:
-                self.held.add(target, chunk)
-                return True
+                try:
+                    self.held.add(target, chunk)
+                    return True
+                except OSError as error:
+                    self._pass_through(error)
         return write_all(target, chunk)
+
+    def _pass_through(self, error: OSError) -> None:
+        """Holding back failed (a full TMPDIR): what was held goes out now, the rest as it
+        comes; said once. The command runs on."""
+        assert self.held is not None
+        log.warning("--output-on-failure: the output cannot be held back (%s in the "
+                    "temporary directory); it is passed through", error.strerror or error)
+        held, self.held = self.held, None
+        held.replay()
+        held.close()

@@ -156,7 +156,13 @@ class Slot:
         """Take the lock (recording the first attempt's start), then the attempts."""
         first = ledger.RunStart(command=shown(self.options.command[0]),
                                 scheduled=self.scheduled, retries=self.options.retries)
-        if not self.acquire(start_by, first):
+        try:
+            won = self.acquire(start_by, first)
+        except Exception as error:
+            if isinstance(error, Interrupted) or self.claim.run is None:
+                raise
+            raise self.not_started(error) from error
+        if not won:
             return self.options.conflict_exit_code
         self.claim.hold = self.options.hold(started, self.sent)
         try:
@@ -170,6 +176,25 @@ class Slot:
             with contextlib.suppress(psycopg.Error, PglockError):
                 lease.release(self.session.get(), self.claim)
             raise
+        except Exception as error:
+            if self.claim.run is None:
+                raise
+            # Recorded as started by the acquire, failed before start() took it over: a
+            # bug or the OS. The run is recorded failed and the lock released.
+            raise self.not_started(error) from error
+
+    def not_started(self, error: Exception) -> PglockError:
+        """The first attempt's start record ended as failed, nothing having been forked."""
+        run, self.claim.run = self.claim.run, None
+        assert run is not None
+        self.claim.hold = 0.0
+        reason = f"{type(error).__name__}: {error}"
+        self.finish(run, RunResult(Outcome.FAILED, None, 0.0,
+                                   error=f"not started: pglock failed before the fork "
+                                         f"({reason})"), retry=False)
+        return PglockError(f"job {self.claim.job!r}: the command was not started: pglock "
+                           f"failed before the fork ({shown(reason)}); the run is recorded "
+                           "failed and the lock released")
 
     def acquire(self, start_by: float = float("inf"), start: ledger.RunStart | None = None,
                 ) -> bool:
@@ -338,10 +363,16 @@ class Slot:
             return self.supervised(run, child, capture)
         # Not started: a command that cannot be executed failed; one the lock's deadline
         # overtook lost its lock before it ran (docs/lease.md, "Never outside the lock").
-        result = (RunResult(Outcome.FAILED, int(child.exit_status), 0.0, error=str(child))
-                  if isinstance(child, CannotStart)
-                  else RunResult(Outcome.LOCK_LOST, None, 0.0, error=f"lock lost: {child}"))
-        ended, _ = self.finish(run, result)
+        # No retry (the next attempt would fail alike), and no hold: the lock does not
+        # outlive a run that never started.
+        if isinstance(child, CannotStart):
+            self.claim.hold = 0.0
+            internal = child.exit_status is ExitStatus.INTERNAL
+            result = RunResult(Outcome.FAILED, None if internal else int(child.exit_status),
+                               0.0, error=str(child))
+        else:
+            result = RunResult(Outcome.LOCK_LOST, None, 0.0, error=f"lock lost: {child}")
+        ended, _ = self.finish(run, result, retry=False)
         return ended._replace(not_started=child)
 
     def start(self, capture: output.Capture | None = None, attempt: int = 1,
@@ -377,6 +408,10 @@ class Slot:
                     start_by=start_deadline(self.sent, keeping.horizon(self.claim)))
             except (CannotStart, LateStart) as error:
                 return run, error
+            except Exception as error:  # the OS, or a bug of ours: nothing was forked
+                return run, CannotStart(
+                    f"not started: pglock failed before the fork ({type(error).__name__}: "
+                    f"{shown(str(error))})", ExitStatus.INTERNAL)
             return run, self.gate.child
 
     def _record_start(self, attempt: int) -> ledger.StartedRun | None:

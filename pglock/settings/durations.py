@@ -67,6 +67,8 @@ CATCH_UP_LIMIT = Bounds(1, 1000)
 # A --window's length: not in DURATIONS, where a jobs-file key of that name would be read
 # as a duration (a window is a cron expression and a duration).
 WINDOW_LENGTH = Bounds(0, 366 * DAY, above=True)
+# --reason of the operator commands, in characters: an audit row's note, not a document.
+REASON_LENGTH = Bounds(1, 1000)
 # The embedded server's linger (PGLOCK_EMBEDDED_LINGER, embedded_linger): not an option.
 EMBEDDED_LINGER = Bounds(0, 7 * DAY)
 # How long the embedded server stays up after its last user left, unless configured:
@@ -119,6 +121,19 @@ def parse_expected(text: str, *, option: str = "--expect-duration",
     if bounds[1] == 0:
         raise UsageError(f"{option}: MAX must be more than 0")
     return bounds
+def check_reason(reason: str | None, required: str | None) -> str | None:
+    """An operator's --reason: given when `required` (the message if not), within
+    REASON_LENGTH characters, without NUL (no database column takes one)."""
+    if reason is None or not reason.strip():
+        if required is not None:
+            raise UsageError(required)
+        return reason
+    if len(reason) > REASON_LENGTH.high:
+        raise UsageError(f"--reason: {len(reason)} characters; at most "
+                         f"{REASON_LENGTH.high:g}")
+    if "\0" in reason:
+        raise UsageError("--reason: contains a NUL character")
+    return reason
 
 
 def check_count(value: int, option: str, bounds: Bounds) -> int:

@@ -11,6 +11,7 @@ croniter costs some 60 ms to import: it is imported only once a schedule is pars
 from __future__ import annotations
 
 import os
+import re
 from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta, tzinfo
@@ -29,6 +30,16 @@ MIN_GRACE = 60.0
 _EXPANDED = {"@yearly": "0 0 1 1 *", "@annually": "0 0 1 1 *", "@monthly": "0 0 1 * *",
              "@weekly": "0 0 * * 0", "@daily": "0 0 * * *", "@midnight": "0 0 * * *",
              "@hourly": "0 * * * *"}
+# The syntax both Debian's cron (3.0pl1) and cronie read, field by field (docs/schedules.md):
+# name, lowest, highest, the names it takes. croniter reads more (R, L, W, ?, #, H, seconds)
+# and would compute slots no cron fires at: those are refused.
+_MONTHS = ("jan", "feb", "mar", "apr", "may", "jun", "jul", "aug", "sep", "oct", "nov", "dec")
+_DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")
+_FIELDS = (("minute", 0, 59, ()), ("hour", 0, 23, ()), ("day-of-month", 1, 31, ()),
+           ("month", 1, 12, _MONTHS), ("day-of-week", 0, 7, _DAYS))
+_ELEMENT = re.compile(r"(?:(\*)|([0-9]{1,9}|[A-Za-z]{3})(?:-([0-9]{1,9}|[A-Za-z]{3}))?)"
+                      r"(?:/([0-9]{1,9}))?")
+_GRAMMAR = "numbers, *, ranges a-b, steps */n and a-b/n, lists with ','"
 # croniter's get_prev is strictly before its start; a hair later makes "at or before".
 # Arithmetic and comparisons happen in UTC: in a zone, datetime drops `fold` on addition
 # and compares wall clocks, and the repeated hour of autumn would go wrong.
@@ -200,7 +211,13 @@ def _parse(text: str, zone: str, tz: tzinfo) -> Schedule:
     if not (len(fields) == 5 or (len(fields) == 1 and text.lower() in KEYWORDS)):
         raise UsageError(f"--schedule: {text!r} is not a cron expression (five fields "
                          "'MIN HOUR DAY MONTH WEEKDAY', or @hourly, @daily, @weekly, ...)")
-    schedule = Schedule(text.lower() if text.startswith("@") else text, zone, tz)
+    if len(fields) == 5:
+        for field, spec in zip(fields, _FIELDS, strict=True):
+            reason = _field_problem(field, *spec)
+            if reason:
+                raise UsageError(f"--schedule: {text!r} is not a cron expression cron reads "
+                                 f"alike: {reason}")
+    schedule = Schedule(normal(text), zone, tz)
     from croniter import CroniterError
 
     try:
@@ -211,6 +228,50 @@ def _parse(text: str, zone: str, tz: tzinfo) -> Schedule:
         raise UsageError(f"--schedule: {text!r} is not a valid cron expression "
                          f"({reason})") from None
     return schedule
+
+
+def normal(text: str) -> str:
+    """The expression as crontab(1) takes it: one space between fields, a keyword in lower
+    case (cron knows @daily, not @DAILY)."""
+    text = " ".join(text.split())
+    return text.lower() if text.startswith("@") else text
+
+
+def _field_problem(field: str, name: str, low: int, high: int, names: tuple[str, ...],
+                   ) -> str | None:
+    """Why cron does not read `field` as croniter does, or None."""
+    for element in field.split(","):
+        match = _ELEMENT.fullmatch(element)
+        if match is None:
+            named = f", names {names[0]}-{names[-1]}" if names else ""
+            where = f"the {name} field {field!r}" + (
+                f" has {element!r}," if element != field else " is")
+            return f"{where} not cron's ({_GRAMMAR}{named}; cron has no R, L, W, ?, #, H)"
+        star, first, last, step = match.groups()
+        if first is not None and last is None and step is not None:
+            return f"the {name} field {field!r} has {element!r}: a step needs * or a range " \
+                   f"({first}-{high}/{step})"
+        if step is not None and int(step) == 0:
+            return f"the {name} field {field!r} has a step of 0"
+        if star:
+            continue
+        values = []
+        for value in (first, last):
+            if value is None:
+                continue
+            if value.isdigit():
+                number = int(value)
+            elif value.lower() in names:
+                number = names.index(value.lower()) + (low if name == "month" else 0)
+            else:
+                return f"the {name} field {field!r} has {value!r}, not a number" + (
+                    f" or a name {names[0]}-{names[-1]}" if names else "")
+            if not low <= number <= high:
+                return f"the {name} field {field!r} has {value}, out of {low}-{high}"
+            values.append(number)
+        if len(values) == 2 and values[0] > values[1]:
+            return f"the {name} field {field!r} has the range {element!r} backwards"
+    return None
 
 
 def resolve_zone(name: str | None, source: str = "--tz") -> tuple[tzinfo, str]:

@@ -3,8 +3,11 @@ leave files behind; only the host that ran tells anyone."""
 
 from __future__ import annotations
 
+import os
+import signal
 import socket
 import threading
+import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -226,3 +229,34 @@ def test_a_command_that_cannot_start_fires_on_failure(env: Env) -> None:
                      "--", "pglock-test-no-such-command")
     assert result.returncode == 127
     assert marker.read_text() == "failed 127\n"
+
+
+def _limited_memory() -> None:
+    import resource
+
+    # 2 GiB of address space: `yes` fills more than that in the hook's timeout when its
+    # output is kept whole.
+    resource.setrlimit(resource.RLIMIT_AS, (2 * 1024**3, 2 * 1024**3))
+
+
+@pytest.mark.slow
+def test_a_hook_that_writes_without_end_keeps_only_a_tail(env: Env) -> None:
+    with env.popen("run", "--job", "yes-hook", "--hook-timeout", "3s", "--on-success",
+                   "yes", "--", "true", preexec_fn=_limited_memory) as process:
+        stdout, stderr = process.communicate(timeout=60)
+    assert (process.returncode, stdout, stderr) == (0, "", "")
+    [row] = env.runs("yes-hook")
+    assert row["error"] == "on-success hook killed after --hook-timeout 3s"
+
+
+def test_a_hook_whose_child_keeps_its_output_does_not_hold_pglock(env: Env) -> None:
+    pidfile = env.tmp / "child.pid"
+    began = time.monotonic()
+    result = env.run("run", "--job", "left-child", "--hook-timeout", "60s", "--on-success",
+                     f"sleep 30 & echo $! > {pidfile}; echo bye; exit 3", "--", "true")
+    elapsed = time.monotonic() - began
+    os.kill(int(pidfile.read_text()), signal.SIGKILL)
+    assert (result.returncode, result.stderr) == (0, "")
+    assert elapsed < 10, elapsed
+    [row] = env.runs("left-child")
+    assert row["error"] == "on-success hook exited 3: bye"

@@ -129,8 +129,8 @@ USAGE = [
     pytest.param((*RUN, "--grace", "1m", "--", "true"), 2, "pglock: --grace needs --schedule",
                  id="grace-without-schedule"),
     pytest.param((*RUN, "--schedule", "61 * * * *", "--", "true"), 2,
-                 "pglock: --schedule: '61 * * * *' is not a valid cron expression "
-                 "([61 * * * *] is not acceptable, out of range)", id="cron-out-of-range"),
+                 "pglock: --schedule: '61 * * * *' is not a cron expression cron reads alike: "
+                 "the minute field '61' has 61, out of 0-59", id="cron-out-of-range"),
     pytest.param((*RUN, "--schedule", "every day", "--", "true"), 2,
                  "pglock: --schedule: 'every day' is not a cron expression (five fields "
                  "'MIN HOUR DAY MONTH WEEKDAY', or @hourly, @daily, @weekly, ...)",
@@ -191,6 +191,14 @@ USAGE = [
     pytest.param(("status", "--job", "bad\x01name"), 2,
                  "pglock: --job: the job name 'bad\\x01name' contains a control character",
                  id="status-job-control-character"),
+    *(pytest.param((command, "--job", "j", "--reason", "r" * 1001), 2,
+                   "pglock: --reason: 1001 characters; at most 1000", id=f"{command}-long-reason")
+      for command in ("pause", "resume", "stop", "forget")),
+    pytest.param(("replay", "--job", "j", "--slot", "2024-01-01T00:00", "--reason",
+                  "r" * 5000), 2, "pglock: --reason: 5000 characters; at most 1000",
+                 id="replay-long-reason"),
+    pytest.param(("pause", "--job", "j", "--reason", "a\x00b"), 2,
+                 "pglock: --reason: contains a NUL character", id="pause-nul-reason"),
 ]
 
 

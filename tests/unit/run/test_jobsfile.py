@@ -8,16 +8,18 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from hypothesis import given
 from typer._click.core import ParameterSource
 
 from pglock.cli import app as cli
 from pglock.cli import runline, starting
+from pglock.errors import UsageError
 from pglock.operate import crontab
 from pglock.reports import configured
 from pglock.run import flags as run_flags
 from pglock.run import jobsfile
 
-from .. import jobfactory
+from .. import jobfactory, strategies
 from ..inprocess import UNREACHABLE, invoke
 
 GOOD = """
@@ -340,3 +342,45 @@ def test_the_documented_file_gives_the_documented_crontab() -> None:
     jobs = [jobsfile.checked(path, name, table)
             for name, table in jobsfile.tables(path, tomllib.loads(toml)).values()]
     assert crontab.fragment(path, jobs, "/usr/local/bin/pglock", "app") == documented
+
+
+@pytest.mark.parametrize("name", ["a\n* * * * * root touch /tmp/owned #", "a\rb", "a\x85b",
+                                  "a\u2028b", "caf\udce9"])
+def test_a_config_path_cron_cannot_carry_adds_no_entry(tmp_path: Path, name: str) -> None:
+    try:
+        folder = tmp_path / name
+        folder.mkdir()
+    except (OSError, UnicodeEncodeError):
+        pytest.skip("the file system refuses the name")
+    path = config_file(folder, THREE)
+    called = invoke("crontab", env={"PGLOCK_CONFIG": str(path)})
+    assert called.code == 2 and called.stdout == ""
+    assert called.stderr.count("\n") == 1
+    assert called.stderr.startswith("pglock: the config file's path ")
+    assert "a cron line cannot name it" in called.stderr
+
+
+def test_the_crontab_writes_keywords_as_cron_reads_them(tmp_path: Path) -> None:
+    path = config_file(tmp_path, '[jobs.a]\ncommand = ["true"]\nschedule = "@DAILY"\n')
+    _, jobs = _every(path)
+    assert crontab.fragment(path, jobs, "/usr/bin/pglock").splitlines()[-1].startswith(
+        "@daily PGLOCK_CONFIG=")
+
+
+@strategies.PURE
+@given(strategies.jobs_file_tables(), strategies.hostile_text)
+def test_any_table_is_checked_or_refused_in_one_line(table: dict[str, Any], name: str) -> None:
+    """Generated tables: every key with values of every TOML type and hostile strings. A
+    table is accepted whole or refused with one line naming it, never another error."""
+    path = Path("/etc/pglock/config.toml")
+    try:
+        [(written, found)] = jobsfile.tables(path, {"jobs": {name: table}}).values()
+        job = jobsfile.checked(path, written, found)
+    except UsageError as error:
+        message = str(error)
+        assert message.startswith("config file /etc/pglock/config.toml: [jobs.")
+        assert "\n" not in message and "\x00" not in message
+        return
+    assert job.command and not any("\x00" in argument for argument in job.command)
+    for value in job.values.values():
+        assert not (isinstance(value, str) and "\x00" in value)

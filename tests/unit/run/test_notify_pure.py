@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
@@ -58,3 +59,30 @@ def test_ping_addresses(url: str, suffix: str, expected: str) -> None:
 ])
 def test_the_final_ping_says_the_exit_code_pglock_gives(result: RunResult, suffix: str) -> None:
     assert _final_suffix(result) == suffix
+
+
+def test_an_event_with_text_not_utf8_is_written_escaped(tmp_path: Path) -> None:
+    from pglock.run.events import EventLog
+
+    target = tmp_path / "events"
+    log = EventLog(str(target), job="j", holder="h")
+    log.emit("started", command="/opt/caf\udce9")
+    log.emit("odd", value=object())
+    log.close()
+    lines = target.read_bytes().decode().splitlines()
+    assert '"command":"/opt/caf\\udce9"' in lines[0]
+    assert len(lines) == 2
+
+
+def test_an_event_log_that_fails_never_stops_the_run(tmp_path: Path,
+                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    from pglock.run.events import EventLog
+
+    log = EventLog(str(tmp_path / "events"), job="j", holder="h")
+
+    def broken(data: bytes) -> None:
+        raise RuntimeError("broken")
+
+    monkeypatch.setattr(log, "_write", broken)
+    log.emit("acquired")
+    log.close()

@@ -65,3 +65,43 @@ def test_a_bigger_tail_is_a_usage_error() -> None:
 def test_held_back_output_always_captures() -> None:
     assert output.should_capture(0, hold_back=True)
     assert not output.should_capture(0, hold_back=False)
+
+
+def test_held_back_output_passes_through_when_tmpdir_is_full(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str],
+        caplog: pytest.LogCaptureFixture) -> None:
+    import errno
+    import os
+    import tempfile
+
+    def full(*args: object, **kwargs: object) -> None:
+        raise OSError(errno.ENOSPC, "No space left on device")
+
+    monkeypatch.setattr(output, "SPOOL", 100)
+    monkeypatch.setattr(tempfile, "TemporaryFile", full)
+    capture = output.Capture(64, True)
+    out_w, _ = capture.child_fds()
+    writer = os.dup(out_w)
+    capture.start()
+    for letter in b"abcdef":
+        os.write(writer, bytes([letter]) * 40)
+    os.close(writer)
+    assert capture.finish() is not None
+    capture.release(failed=False)
+    assert capfd.readouterr().out == "".join(c * 40 for c in "abcdef")
+    warnings = [r.getMessage() for r in caplog.records if r.levelname == "WARNING"]
+    assert warnings == ["--output-on-failure: the output cannot be held back (No space left "
+                        "on device in the temporary directory); it is passed through"]
+
+
+def test_held_back_output_spills_to_a_file_and_replays_in_order(
+        monkeypatch: pytest.MonkeyPatch, capfd: pytest.CaptureFixture[str]) -> None:
+    monkeypatch.setattr(output, "SPOOL", 100)
+    held = output.HeldBack()
+    for number in range(20):
+        held.add(1 + number % 2, f"{number:02d}".encode() * 10)
+    held.replay()
+    held.close()
+    captured = capfd.readouterr()
+    assert captured.out == "".join(f"{n:02d}" * 10 for n in range(0, 20, 2))
+    assert captured.err == "".join(f"{n:02d}" * 10 for n in range(1, 20, 2))
