@@ -72,7 +72,6 @@ class Cron:
                         continue
                     self._scheduled(host, next_slot)
                     self._unscheduled(host, next_fire)
-            self.reap()
             time.sleep(NAP)
 
     def _scheduled(self, host: Host, next_slot: dict[str, float]) -> None:
@@ -125,20 +124,21 @@ class Cron:
         return env
 
     def launch(self, host: Host, job: JobSpec, slot: float | None) -> None:
+        fired, fired_wall = now_ns(), time.time()
         with (self.out / f"pglock-{host.name}.log").open("ab") as log:
             process = subprocess.Popen(self.argv(host, job), env=self.environment(host),
                                        stdin=subprocess.DEVNULL, stdout=log, stderr=log)
-        self.running[process.pid] = Launch(host, job.name, slot, process, now_ns(), time.time())
+        launch = Launch(host, job.name, slot, process, fired, fired_wall)
+        self.running[process.pid] = launch
+        # A waiter per pglock: its end is stamped when it happens, whatever the loop does.
+        threading.Thread(target=self._wait, args=(launch,), daemon=True).start()
 
-    def reap(self) -> None:
-        for pid, launch in list(self.running.items()):
-            code = launch.process.poll()
-            if code is None:
-                continue
-            del self.running[pid]
-            append(Invocation(launch.host.name, launch.job, launch.slot, launch.fired,
-                              launch.fired_wall, now_ns(), time.time(),
-                              code if code >= 0 else 128 - code), self.invocations)
+    def _wait(self, launch: Launch) -> None:
+        code = launch.process.wait()
+        append(Invocation(launch.host.name, launch.job, launch.slot, launch.fired,
+                          launch.fired_wall, now_ns(), time.time(),
+                          code if code >= 0 else 128 - code), self.invocations)
+        self.running.pop(launch.process.pid, None)
 
     def running_on(self, host: Host) -> list[Launch]:
         return [launch for launch in list(self.running.values())
@@ -148,11 +148,10 @@ class Cron:
         """Wait for every pglock started to end; SIGKILL what is left; how many were."""
         deadline = time.monotonic() + timeout
         while self.running and time.monotonic() < deadline:
-            self.reap()
             time.sleep(NAP)
-        left = len(self.running)
-        for launch in self.running.values():
+        left = list(self.running.values())
+        for launch in left:
             launch.process.kill()
-            launch.process.wait()
-        self.reap()
-        return left
+        while self.running and time.monotonic() < deadline + 10:
+            time.sleep(NAP)
+        return len(left)

@@ -69,6 +69,8 @@ def build(history: History) -> Report:
         "duplicate_slots": states["duplicate"],
         "unexplained_misses": states["missed-unexplained"],
         "explained_misses": states["missed-explained"],
+        "explained_misses_by_stall": sum(v.state == "missed-explained" and v.by_stall
+                                         for v in verdicts),
         "writes_accepted": sum(w.accepted for w in history.writes),
         "stale_writes_refused": stale.refused,
         "takeover": takeover(found, history),
@@ -129,8 +131,10 @@ def text(report: Report, header: list[str]) -> str:
     """The report as an operator reads it."""
     f = report.figures
     lines = [*header, ""]
-    lines.append(f"faults injected: {sum(f['faults'].values())} "
-                 f"({', '.join(f'{k} {v}' for k, v in f['faults'].items()) or 'none'})")
+    injected = {k: v for k, v in f["faults"].items() if not k.startswith("observed")}
+    lines.append(f"faults injected: {sum(injected.values())} "
+                 f"({', '.join(f'{k} {v}' for k, v in injected.items()) or 'none'}); "
+                 f"stalls of the machine observed: {f['faults'].get('observed-stall', 0)}")
     lines.append(f"invocations of pglock run: {f['invocations']}; runs recorded: {f['runs']} "
                  f"({', '.join(f'{k} {v}' for k, v in f['runs_by_outcome'].items())}); "
                  f"commands seen: {f['commands']}")
@@ -141,7 +145,8 @@ def text(report: Report, header: list[str]) -> str:
     lines.append(f"slots checked: {f['slots_checked']} (ran {f['slots_ran']}, dead "
                  f"{f['slots_dead']}); duplicate slots: {f['duplicate_slots']}; "
                  f"unexplained misses: {f['unexplained_misses']}; explained misses: "
-                 f"{f['explained_misses']}")
+                 f"{f['explained_misses']} ({f['explained_misses_by_stall']} of them with a "
+                 f"stall of the machine)")
     lines.append(f"guarded writes: accepted {f['writes_accepted']}, stale writes refused "
                  f"{f['stale_writes_refused']}")
     lines.append("takeover after a fault (s):")

@@ -20,6 +20,7 @@ import threading
 import time
 from dataclasses import asdict
 from pathlib import Path
+from typing import Any
 
 from . import figures
 from .cron import FAKETIME, PGLOCK, Cron
@@ -39,6 +40,7 @@ from .history import (
 from .nemesis import Nemesis, plan
 from .server import Server
 from .slots import MAX_OFFSET
+from .watch import Watch
 
 MINUTELY = "* * * * *"
 TTL = 10.0
@@ -65,7 +67,7 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=30.0, help="how long the fleet fires")
     parser.add_argument("--seed", type=int, help="the nemesis' and the fleet's (random if none)")
     parser.add_argument("--hosts", type=int, default=5)
-    parser.add_argument("--period", type=float, default=3.0,
+    parser.add_argument("--period", type=float, default=5.0,
                         help="seconds between a host's triggers of an unscheduled job (mean)")
     parser.add_argument("--gap", type=float, nargs=2, default=(4.0, 12.0),
                         metavar=("MIN", "MAX"), help="seconds between two faults' starts")
@@ -126,12 +128,16 @@ def soak(args: argparse.Namespace, out: Path) -> None:
         meta["started"] = time.time()
         injector = threading.Thread(target=nemesis.run, args=(schedule, time.monotonic()))
         injector.start()
+        watch = Watch(out)
+        threading.Thread(target=watch.run, daemon=True).start()
         cron.run(until=meta["started"] + seconds)
         meta["stopped"] = time.time()
         nemesis.stop()
         injector.join()
         meta["killed_at_drain"] = cron.drain(timeout=120)
         meta["faults_skipped"] = nemesis.skipped
+        watch.stopped.set()
+        meta["load"] = watch.load()
         save(server, out)
     finally:
         (out / "meta.json").write_text(json.dumps(meta, indent=1))
@@ -156,7 +162,7 @@ def save(server: Server, out: Path) -> None:
     dump(writes, out / "writes.jsonl")
 
 
-def history(out: Path) -> tuple[History, dict[str, object]]:
+def history(out: Path) -> tuple[History, dict[str, Any]]:
     meta = json.loads((out / "meta.json").read_text())
     jobs = {j["name"]: JobSpec(**{k: tuple(v) if isinstance(v, list) else v  # type: ignore[arg-type]
                                   for k, v in j.items()}) for j in meta["jobs"]}
@@ -180,12 +186,15 @@ def expected_slots(started: float, stopped: float) -> list[float]:
 def report(out: Path) -> int:
     found, meta = history(out)
     result = figures.build(found)
+    load = meta.get("load") or {}
     header = [f"pglock soak: {meta['command']}",
               f"seed {meta['seed']}, {meta['minutes']} minutes, hosts "
               f"{', '.join(found.hosts)}, jobs {', '.join(found.jobs)}",
               f"faults skipped (target busy or absent): {meta.get('faults_skipped', '?')}; "
               f"pglock runs still going at the end and killed: "
-              f"{meta.get('killed_at_drain', '?')}; history in {out}"]
+              f"{meta.get('killed_at_drain', '?')}; load average (1 min) median "
+              f"{load.get('median', '?')}, max {load.get('max', '?')}",
+              f"history in {out}"]
     rendered = figures.text(result, header)
     print(rendered)
     (out / "report.txt").write_text(rendered + "\n")

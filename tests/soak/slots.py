@@ -46,6 +46,11 @@ class SlotVerdict:
     state: str  # ran, dead, duplicate, missed-explained, missed-unexplained
     why: list[str] = field(default_factory=list)
 
+    @property
+    def by_stall(self) -> bool:
+        """Explained only with the help of a stall of the machine (not injected)."""
+        return any(reason.endswith(": observed-stall") for reason in self.why)
+
 
 def check(history: History) -> list[SlotVerdict]:
     runs: dict[tuple[str, float], list[Run]] = defaultdict(list)
