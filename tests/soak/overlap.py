@@ -131,10 +131,11 @@ def _frozen_past_lease(first: Interval, second: Interval, spec: JobSpec,
 
 def _advisory_window(first: Interval, second: Interval, spec: JobSpec,
                      faults: list[Fault]) -> bool:
-    """A connection break during the first run, before the second started, and an
-    overlap within one check interval plus the time to stop the command."""
+    """A connection break during the first run, before the second started, and the first
+    command gone within one check interval plus the time to stop it after the second
+    started (the measure of docs/ha.md: how long the old command ran on)."""
     bound = ADVISORY_CHECK + min(10.0, spec.ttl / 4) + SCHEDULING_SLACK
-    seconds = (min(first.last, second.last) - second.enter) / NS
+    seconds = (first.last - second.enter) / NS
     return seconds <= bound and any(
         f.kind in BREAKS_ADVISORY and f.touches(first.host)
         and first.enter - NS <= f.start <= second.enter

@@ -15,8 +15,9 @@ A host's part in a missed slot is accounted for when its invocation for the slot
   the attempt): with one trigger per host per slot, nobody retries it;
 - failed to reach the database or to run (exit 125, a signal) while a fault touched that
   host or the server;
-- was refused (exit 75, held elsewhere) while a fault anywhere could have left the lock
-  held: some fault (not a clock offset) in the ttl and a half before its end;
+- was refused (exit 75, held elsewhere) while a run of the job held the lock (any slot's:
+  a run that outlasts its interval makes the next slots miss, docs/schedules.md), or
+  while the server had a fault;
 - never happened because the host was frozen when cron would have fired it.
 
 Clock offsets never account for anything: they stay within the documented bound, where
@@ -64,6 +65,9 @@ def check(history: History) -> list[SlotVerdict]:
     dead = {(row.job, row.slot) for row in history.slots
             if row.succeeded_run_id is None
             and (row.attempts >= row.attempt_limit or row.closed)}
+    by_job: dict[str, list[Run]] = defaultdict(list)
+    for run in history.runs:
+        by_job[run.job].append(run)
     verdicts = []
     for spec in history.jobs.values():
         if spec.schedule is None:
@@ -71,12 +75,12 @@ def check(history: History) -> list[SlotVerdict]:
         for slot in history.expected_slots:
             key = (spec.name, slot)
             verdicts.append(judge(spec, slot, runs[key], invocations[key], key in dead,
-                                  history))
+                                  history, by_job[spec.name]))
     return verdicts
 
 
 def judge(spec: JobSpec, slot: float, runs: list[Run], invocations: list[Invocation],
-          dead: bool, history: History) -> SlotVerdict:
+          dead: bool, history: History, job_runs: list[Run] | None = None) -> SlotVerdict:
     successes = [r for r in runs if r.outcome == "succeeded"]
     if len(successes) > 1:
         return SlotVerdict(spec.name, slot, "duplicate",
@@ -85,13 +89,14 @@ def judge(spec: JobSpec, slot: float, runs: list[Run], invocations: list[Invocat
         return SlotVerdict(spec.name, slot, "ran")
     if dead and runs and all(r.outcome in ("failed", "timed_out") for r in runs):
         return SlotVerdict(spec.name, slot, "dead")
-    reasons, unexplained = explain_miss(spec, slot, runs, invocations, history)
+    reasons, unexplained = explain_miss(spec, slot, runs, invocations, history, job_runs)
     state = "missed-unexplained" if unexplained else "missed-explained"
     return SlotVerdict(spec.name, slot, state, unexplained or reasons)
 
 
 def explain_miss(spec: JobSpec, slot: float, runs: list[Run], invocations: list[Invocation],
-                 history: History) -> tuple[list[str], list[str]]:
+                 history: History, job_runs: list[Run] | None = None
+                 ) -> tuple[list[str], list[str]]:
     """(reasons, unexplained): what accounts for each host's part, and what does not.
 
     Of the slot's runs only the last attempt needs a fault: earlier attempts that failed
@@ -111,13 +116,15 @@ def explain_miss(spec: JobSpec, slot: float, runs: list[Run], invocations: list[
         if host in ran_on:
             continue
         invocation = by_host.get(host)
-        fault = (_unfired(host, slot, history.faults) if invocation is None
-                 else _refusing(invocation, spec, history.faults))
+        cause: Fault | Run | None = (_unfired(host, slot, history.faults) if invocation is None
+                 else _refusing(invocation, spec, history.faults, job_runs or runs))
         what = "not fired" if invocation is None else f"exit {invocation.code}"
-        if fault is None:
+        if cause is None:
             unexplained.append(f"{host}: {what}, no fault")
+        elif isinstance(cause, Run):
+            reasons.append(f"{host}: {what}: held by run {cause.id} ({cause.outcome})")
         else:
-            reasons.append(f"{host}: {what}: {fault.kind}")
+            reasons.append(f"{host}: {what}: {cause.kind}")
     return reasons, unexplained
 
 
@@ -131,13 +138,18 @@ def _cutting(run: Run, spec: JobSpec, faults: list[Fault]) -> Fault | None:
                  and f.start_wall <= end + 1 and f.end_wall >= run.started_wall - 1), None)
 
 
-def _refusing(invocation: Invocation, spec: JobSpec, faults: list[Fault]) -> Fault | None:
-    """A fault that explains why this invocation ran nothing."""
+def _refusing(invocation: Invocation, spec: JobSpec, faults: list[Fault],
+              job_runs: list[Run]) -> Fault | Run | None:
+    """A fault (or, for a refusal, the run holding the lock) that explains why this
+    invocation ran nothing."""
     if invocation.code == CONFLICT:
-        # The lock was held by a run a fault struck, or the slot's attempt was taken by
-        # one: any fault in the fleet up to a lease and a half before.
-        since = invocation.fired_wall - 1.5 * spec.ttl - 5
-        return next((f for f in faults if f.kind != "clock"
+        holder = next((r for r in job_runs if r.started_wall <= invocation.ended_wall + 1
+                       and (r.finished_wall is None
+                            or r.finished_wall >= invocation.fired_wall - 1)), None)
+        if holder is not None:
+            return holder
+        since = invocation.fired_wall - 1.5 * spec.ttl
+        return next((f for f in faults if f.host is None
                      and f.start_wall <= invocation.ended_wall and f.end_wall >= since), None)
     return next((f for f in faults if f.kind != "clock" and f.touches(invocation.host)
                  and f.start_wall <= invocation.ended_wall + 1
