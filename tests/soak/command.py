@@ -1,14 +1,14 @@
 """The command the fleet's pglock runs: it works for a while, and leaves evidence.
 
-    command.py MARKS HOST DSN SECONDS FAIL_CHANCE SEED
+    command.py MARKS HOST DSN SECONDS FAIL_CHANCES SEED
 
 Marks (enter, a tick every 0.1 s, done or leave) go to MARKS with O_APPEND, one
 unbuffered write per line, read on CLOCK_BOOTTIME. pglock may run with libfaketime
 loaded for a clock offset; this command is started through `env -u LD_PRELOAD` so that
 no faked clock is loaded here at all. Every 0.5 s a thread writes the fencing token to
-the guarded resource (soak.fenced_write), which refuses a stale one. With probability
-FAIL_CHANCE, decided by the seed, the job, its slot and attempt (so a rerun repeats it),
-the command fails on purpose: exit 1 after its work.
+the guarded resource (soak.fenced_write), which refuses a stale one. FAIL_CHANCES is a
+comma-separated chance per attempt (the last for any later one): with it, decided by the
+seed, the job, its slot and attempt, the command fails on purpose: exit 1 after its work.
 """
 
 from __future__ import annotations
@@ -58,15 +58,15 @@ def writer(dsn: str, host: str, stop: threading.Event) -> None:
             stop.wait(0.5)
 
 
-def fails(seed: str, chance: float) -> bool:
-    key = f"{seed}:{os.environ['PGLOCK_JOB']}:{os.environ.get('PGLOCK_SLOT', '')}:" \
-          f"{os.environ.get('PGLOCK_ATTEMPT', '')}"
+def fails(seed: str, chances: list[float]) -> bool:
+    attempt = int(os.environ.get("PGLOCK_ATTEMPT", "1"))
+    key = f"{seed}:{os.environ['PGLOCK_JOB']}:{os.environ.get('PGLOCK_SLOT', '')}:{attempt}"
     draw = int.from_bytes(hashlib.sha256(key.encode()).digest()[:8], "big") / 2**64
-    return draw < chance
+    return draw < chances[min(attempt, len(chances)) - 1]
 
 
 def main() -> None:
-    marks, host, dsn, seconds, chance, seed = sys.argv[1:7]
+    marks, host, dsn, seconds, chances, seed = sys.argv[1:7]
     marker = Marker(marks, host)
     marker.mark("enter")
 
@@ -84,7 +84,7 @@ def main() -> None:
     stop.set()
     marker.mark("done")
     # os._exit: the writer may sit in a connect to a host cut off; do not wait for it.
-    os._exit(1 if fails(seed, float(chance)) else 0)
+    os._exit(1 if fails(seed, [float(c) for c in chances.split(",")]) else 0)
 
 
 if __name__ == "__main__":

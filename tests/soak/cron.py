@@ -110,7 +110,7 @@ class Cron:
         seconds = self.rng[host.name].uniform(*job.seconds)
         command = ["env", "-u", "LD_PRELOAD", "-u", "FAKETIME", sys.executable, COMMAND,
                    str(self.out / f"marks-{host.name}"), host.name, host.dsn,
-                   f"{seconds:.2f}", str(job.fail), str(self.seed)]
+                   f"{seconds:.2f}", ",".join(f"{c:g}" for c in job.fail), str(self.seed)]
         return [*host.exec_prefix(), PGLOCK, "run", *options, "--", *command]
 
     def environment(self, host: Host) -> dict[str, str]:

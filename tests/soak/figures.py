@@ -1,10 +1,11 @@
 """The soak's report: what was injected, what was checked, what was found.
 
-`takeover` is the time from a fault's start to the first command of the struck job (on
-the same seat) under a newer fencing token, for each command the fault cut short (it
-never wrote its `done` mark). Only the unscheduled jobs count: they are fired every few
-seconds, so the figure is pglock's, not the next minute's; it includes the wait for the
-next trigger (up to the firing period) and, where the holder was silenced, the ttl.
+`takeover` is the time from a fault's start to the next run of the struck job (on the
+same seat) under a newer fencing token, by the `runs` table (the database's clock of the
+same machine), for each run the fault cut short: holding the lock when the fault began,
+and ending other than `succeeded`. Only the unscheduled jobs count: they are fired every
+few seconds, so the figure is pglock's, not the next minute's; it includes the wait for
+the next trigger (up to the firing period) and, where the holder was silenced, the ttl.
 """
 
 from __future__ import annotations
@@ -15,8 +16,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import overlap, slots
-from .history import NS, Fault, History
-from .overlap import Interval
+from .history import Fault, History, Run
 
 STRIKES_HOLDERS = frozenset({"partition", "pause-pglock", "freeze-host", "kill-pglock",
                              "kill-command", "restart-fast", "restart-immediate",
@@ -73,36 +73,39 @@ def build(history: History) -> Report:
                                          for v in verdicts),
         "writes_accepted": sum(w.accepted for w in history.writes),
         "stale_writes_refused": stale.refused,
-        "takeover": takeover(found, history),
+        "takeover": takeover(history),
     }
     return report
 
 
-def takeover(found: list[Interval], history: History) -> dict[str, dict[str, float]]:
+def takeover(history: History) -> dict[str, dict[str, float]]:
     """p50/p95/max seconds from a fault to the struck job's next holder, by fault kind."""
     exclusion = {name for name, spec in history.jobs.items() if spec.schedule is None}
+    by_seat: dict[tuple[str, int | None], list[Run]] = defaultdict(list)
+    for run in history.runs:
+        by_seat[(run.job, run.seat)].append(run)
     samples: dict[str, list[float]] = defaultdict(list)
-    by_seat: dict[tuple[str, int], list[Interval]] = defaultdict(list)
-    for interval in found:
-        by_seat[(interval.job, interval.seat)].append(interval)
     for fault in history.faults:
         if fault.kind not in STRIKES_HOLDERS:
             continue
-        for victim in _struck(fault, found):
-            if victim.job not in exclusion:
+        for victim in _struck(fault, history.runs):
+            if victim.job not in exclusion or victim.token is None:
                 continue
-            later = [i.enter for i in by_seat[(victim.job, victim.seat)]
-                     if i.token > victim.token and i.enter > fault.start]
+            later = [r.started_wall for r in by_seat[(victim.job, victim.seat)]
+                     if (r.token or 0) > victim.token and r.started_wall > fault.start_wall]
             if later:
-                samples[fault.kind].append((min(later) - fault.start) / NS)
+                samples[fault.kind].append(min(later) - fault.start_wall)
     return {kind: _spread(values) for kind, values in sorted(samples.items())}
 
 
-def _struck(fault: Fault, found: list[Interval]) -> list[Interval]:
-    """The commands a fault cut short: running at its start on its host (any host for a
-    server fault), on its job when it aimed at one pglock."""
-    return [i for i in found if i.enter <= fault.start <= i.last and not i.done
-            and fault.touches(i.host) and (fault.job is None or fault.job == i.job)]
+def _struck(fault: Fault, runs: list[Run]) -> list[Run]:
+    """The runs a fault cut short: holding the lock at its start (by the database's
+    record) on its host (any host for a server fault), on its job when it aimed at one
+    pglock, and ending other than succeeded."""
+    return [r for r in runs if r.started_wall <= fault.start_wall
+            and (r.finished_wall is None or r.finished_wall >= fault.start_wall)
+            and r.outcome != "succeeded" and fault.touches(r.holder)
+            and (fault.job is None or fault.job == r.job)]
 
 
 def _spread(values: list[float]) -> dict[str, float]:

@@ -37,8 +37,9 @@ class JobSpec:
     wait: float = 0.0
     # Seconds the command works, drawn uniformly from this range.
     seconds: tuple[float, float] = (0.5, 3.0)
-    # Chance that an attempt fails on purpose (exit 1), to make retries and dead slots.
-    fail: float = 0.0
+    # Chance that attempt 1, 2, ... fails on purpose (exit 1; the last figure for any
+    # later attempt), to make retries and dead slots.
+    fail: tuple[float, ...] = (0.0,)
 
     def safe_freeze(self) -> float:
         """The shortest whole-host freeze that can outlast this job's lease.

@@ -55,9 +55,11 @@ def fleet_jobs() -> list[JobSpec]:
         JobSpec("ex-wait", wait=4.0, seconds=(0.5, 2.0)),
         JobSpec("cron-lease", schedule=MINUTELY, seconds=(1.0, 8.0)),
         JobSpec("cron-advisory", mode="advisory", schedule=MINUTELY, seconds=(1.0, 8.0)),
-        JobSpec("cron-retry", schedule=MINUTELY, retries=2, fail=0.3, seconds=(1.0, 4.0)),
-        JobSpec("cron-retry-adv", mode="advisory", schedule=MINUTELY, retries=2, fail=0.3,
-                seconds=(1.0, 4.0)),
+        # The first attempt always fails, so every slot retries in place; a third of
+        # the slots fail all three attempts and are dead.
+        JobSpec("cron-retry", schedule=MINUTELY, retries=2, fail=(1.0, 0.6), seconds=(1.0, 4.0)),
+        JobSpec("cron-retry-adv", mode="advisory", schedule=MINUTELY, retries=2,
+                fail=(1.0, 0.6), seconds=(1.0, 4.0)),
     ]
 
 

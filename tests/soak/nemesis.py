@@ -153,7 +153,8 @@ class Nemesis:
             return None
         start, wall = now_ns(), time.time()
         _signal(target.process.pid, signal.SIGKILL)
-        return Fault("kill-pglock", host.name, start, start, wall, wall, target.job,
+        # Stamped before and after: a starved nemesis may take a while between the two.
+        return Fault("kill-pglock", host.name, start, now_ns(), wall, time.time(), target.job,
                      f"pid {target.process.pid}")
 
     def kill_command(self, p: Planned, host: Host) -> Fault | None:
@@ -165,7 +166,7 @@ class Nemesis:
         launch, pid = commands[p.pick % len(commands)]
         start, wall = now_ns(), time.time()
         _signal(pid, signal.SIGKILL)
-        return Fault("kill-command", host.name, start, start, wall, wall, launch.job,
+        return Fault("kill-command", host.name, start, now_ns(), wall, time.time(), launch.job,
                      f"pid {pid}")
 
     def restart_fast(self, p: Planned, host: Host) -> Fault:
@@ -192,7 +193,7 @@ class Nemesis:
             return None
         address, job = hit
         name = next((h.name for h in self.hosts if h.ip == address), address)
-        return Fault("terminate", name, start, start, wall, wall, job or None)
+        return Fault("terminate", name, start, now_ns(), wall, time.time(), job or None)
 
     def clock(self, p: Planned, host: Host) -> Fault:
         start, wall = now_ns(), time.time()
@@ -205,8 +206,13 @@ class Nemesis:
                      detail=f"{p.offset:+d}s for {p.seconds:.0f}s")
 
     def _target(self, p: Planned, host: Host) -> Launch | None:
+        """A pglock of the host, a holder (its command running) when there is one: a fault
+        on a pglock that is about to lose its race tells little."""
         launches = self.cron.running_on(host)
-        return launches[p.pick % len(launches)] if launches else None
+        holders = [launch for launch in launches
+                   if any(_is_command(pid) for pid in _children(launch.process.pid))]
+        chosen = holders or launches
+        return chosen[p.pick % len(chosen)] if chosen else None
 
 
 def _claim(kind: str, host: Host) -> str:
