@@ -24,7 +24,9 @@ from .history import Invocation, JobSpec, append, now_ns
 
 PGLOCK = str(Path(sys.executable).with_name("pglock"))
 COMMAND = str(Path(__file__).with_name("command.py"))
-FAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+# Debian's libfaketime (package faketime), under the machine's multiarch directory.
+FAKETIME = next((str(p) for p in sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))),
+                "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
 NAP = 0.05
 
 
