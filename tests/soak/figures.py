@@ -39,7 +39,7 @@ class Report:
 def build(history: History) -> Report:
     report = Report()
     found = overlap.intervals(history.marks)
-    pairs = overlap.overlaps(found, history.jobs, history.faults)
+    pairs = overlap.overlaps(found, history.jobs, history.faults, history.runs)
     for pair in pairs:
         line = _describe(pair)
         (report.defects if pair.verdict == "defect" else report.excused).append(line)

@@ -26,7 +26,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .history import NS, Fault, JobSpec, Mark, Write
+from .history import NS, Fault, JobSpec, Mark, Run, Write
 
 # docs/advisory.md: a check every 1.5 s, then SIGTERM, SIGKILL a grace later (at most
 # ttl/4); one more second for a loaded machine's scheduling.
@@ -81,9 +81,11 @@ def intervals(marks: Iterable[Mark]) -> list[Interval]:
     return sorted(found, key=lambda i: i.enter)
 
 
-def overlaps(found: list[Interval], jobs: dict[str, JobSpec],
-             faults: list[Fault]) -> list[Overlap]:
-    """Every pair of commands that broke a job's limit, with its verdict."""
+def overlaps(found: list[Interval], jobs: dict[str, JobSpec], faults: list[Fault],
+             runs: Iterable[Run] = ()) -> list[Overlap]:
+    """Every pair of commands that broke a job's limit, with its verdict. `runs` tell
+    when each command's lock was taken (before its first mark: the command has to start)."""
+    taken = {(r.job, r.seat or 0, r.token, r.holder): r.started_wall for r in runs}
     by_job: dict[str, list[Interval]] = defaultdict(list)
     for interval in found:
         by_job[interval.job].append(interval)
@@ -91,7 +93,8 @@ def overlaps(found: list[Interval], jobs: dict[str, JobSpec],
     for job, job_intervals in by_job.items():
         spec = jobs.get(job, JobSpec(job))
         for first, second in _conflicts(job_intervals, spec.limit):
-            result.append(Overlap(first, second, verdict(first, second, spec, faults)))
+            since = taken.get((first.job, first.seat, first.token, first.host))
+            result.append(Overlap(first, second, verdict(first, second, spec, faults, since)))
     return result
 
 
@@ -111,10 +114,12 @@ def _conflicts(job_intervals: list[Interval],
         active.append(entering)
 
 
-def verdict(first: Interval, second: Interval, spec: JobSpec, faults: list[Fault]) -> str:
+def verdict(first: Interval, second: Interval, spec: JobSpec, faults: list[Fault],
+            since: float | None = None) -> str:
+    """`since`: when the first command's lock was taken (epoch seconds), if known."""
     if _frozen_past_lease(first, second, spec, faults):
         return "frozen-host"
-    if spec.mode == "advisory" and _advisory_window(first, second, spec, faults):
+    if spec.mode == "advisory" and _advisory_window(first, second, spec, faults, since):
         return "advisory-window"
     return "defect"
 
@@ -130,15 +135,15 @@ def _frozen_past_lease(first: Interval, second: Interval, spec: JobSpec,
 
 
 def _advisory_window(first: Interval, second: Interval, spec: JobSpec,
-                     faults: list[Fault]) -> bool:
+                     faults: list[Fault], since: float | None) -> bool:
     """A connection break during the first run, before the second started, and the first
     command gone within one check interval plus the time to stop it after the second
     started (the measure of docs/ha.md: how long the old command ran on)."""
     bound = ADVISORY_CHECK + min(10.0, spec.ttl / 4) + SCHEDULING_SLACK
     seconds = (first.last - second.enter) / NS
     return seconds <= bound and any(
-        f.kind in BREAKS_ADVISORY and f.touches(first.host)
-        and first.enter - NS <= f.start <= second.enter
+        f.kind in BREAKS_ADVISORY and f.touches(first.host) and f.start <= second.enter
+        and (f.end >= first.enter - NS if since is None else f.end_wall >= since)
         for f in faults)
 
 
