@@ -69,6 +69,11 @@ class Host:
         ip(*inside, "link", "set", "lo", "up")
 
     def destroy(self) -> None:
+        """Undo create(), ending whatever still runs on the host (a soak stopped half-way
+        may leave it frozen)."""
+        for pid in self.pids():
+            _signal(pid, signal.SIGKILL)
+            _signal(pid, signal.SIGCONT)
         self.heal()
         ip("link", "del", self.outer_if, check=False)
         ip("netns", "del", self.netns, check=False)

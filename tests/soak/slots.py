@@ -104,10 +104,13 @@ def explain_miss(spec: JobSpec, slot: float, runs: list[Run], invocations: list[
     reasons: list[str] = []
     unexplained: list[str] = []
     if runs:
-        last = max(runs, key=lambda r: (r.attempt or 0, r.id))
+        ordered = sorted(runs, key=lambda r: (r.attempt or 0, r.id))
+        last = ordered[-1]
+        attempts = ", ".join(f"#{r.attempt} {r.outcome} on {r.holder}" for r in ordered)
         fault = _cutting(last, spec, history.faults)
         if fault is None:
-            unexplained.append(f"run {last.id} on {last.holder} ended {last.outcome}, no fault")
+            unexplained.append(f"attempts {attempts}: the last one (run {last.id}) was cut "
+                               "short by no fault")
         else:
             reasons.append(f"run {last.id} on {last.holder}: {fault.kind}")
     ran_on = {run.holder for run in runs}

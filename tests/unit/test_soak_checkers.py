@@ -213,3 +213,17 @@ def test_a_break_before_the_command_started_still_opens_the_advisory_window() ->
     # Without the record of when the lock was taken, the break predates the command.
     assert [o.verdict for o in held_by_two([JobSpec("v", mode="advisory")], marks, restart)
             ] == ["defect"]
+
+
+def test_takeover_counts_from_the_fault_to_the_next_token_of_a_struck_job() -> None:
+    jobs = {"a": JobSpec("a"), "c": CRON}
+    runs = [Run(1, "a", None, 1, None, "h1", 1, "abandoned", SLOT, SLOT + 12),
+            Run(2, "a", None, 1, None, "h2", 2, "succeeded", SLOT + 11.5, SLOT + 13),
+            # Not struck: it succeeded, or ran on another host than the fault's.
+            Run(3, "a", None, 1, None, "h3", 3, "succeeded", SLOT + 20, SLOT + 22),
+            Run(4, "a", None, 1, None, "h3", 4, "lock_lost", SLOT + 30, SLOT + 32)]
+    faults = [fault("kill-pglock", "h1", 1.5, 1.5), fault("kill-pglock", "h1", 21, 21),
+              fault("partition", "h1", 31, 33)]
+    history = History(jobs, HOSTS, runs=runs, faults=faults)
+    assert figures.takeover(history) == {
+        "kill-pglock": {"n": 1, "p50": 10.0, "p95": 10.0, "max": 10.0}}
