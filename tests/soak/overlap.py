@@ -68,9 +68,10 @@ class StaleWrites:
 
 def intervals(marks: Iterable[Mark]) -> list[Interval]:
     """One interval per command process, from its marks."""
-    by_process: dict[tuple[str, int], list[Mark]] = defaultdict(list)
-    for mark in marks:
-        by_process[(mark.host, mark.pid)].append(mark)
+    # By every field a command writes, not its pid alone: pids wrap in a long soak.
+    by_process: dict[tuple[str, int, int, str, int, str, int], list[Mark]] = defaultdict(list)
+    for m in marks:
+        by_process[(m.job, m.seat, m.token, m.host, m.pid, m.slot, m.attempt)].append(m)
     found = []
     for process_marks in by_process.values():
         process_marks.sort(key=lambda m: m.at)

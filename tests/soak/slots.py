@@ -4,7 +4,8 @@ In the manner of Jepsen's Chronos checker: each expected slot is matched to the 
 that carry it. A slot is
 
 - `ran`: exactly one `succeeded` run (after failed attempts too, with --retries);
-- `dead`: its attempts were spent without a success (allowed: the command failed);
+- `dead`: its attempts were spent without a success (allowed: the command failed, or a
+  fault cut an attempt short; an attempt cut short by no fault is a defect);
 - `duplicate`: more than one `succeeded` run (a defect);
 - `missed`: none of the above; `explained` when every host's part in it is accounted
   for by a fault, else `unexplained` (a defect).
@@ -87,8 +88,15 @@ def judge(spec: JobSpec, slot: float, runs: list[Run], invocations: list[Invocat
                            [f"runs {', '.join(str(r.id) for r in successes)} succeeded"])
     if successes:
         return SlotVerdict(spec.name, slot, "ran")
-    if dead and runs and all(r.outcome in ("failed", "timed_out") for r in runs):
-        return SlotVerdict(spec.name, slot, "dead")
+    if dead and runs:
+        # Spent: attempts the command failed, or that a fault cut short (they count).
+        burned = [r for r in runs if r.outcome not in ("failed", "timed_out")
+                  and _cutting(r, spec, history.faults) is None]
+        if not burned:
+            return SlotVerdict(spec.name, slot, "dead")
+        return SlotVerdict(spec.name, slot, "missed-unexplained", [
+            f"attempt #{r.attempt} (run {r.id}) ended {r.outcome} on {r.holder}, cut short "
+            "by no fault" for r in burned])
     reasons, unexplained = explain_miss(spec, slot, runs, invocations, history, job_runs)
     state = "missed-unexplained" if unexplained else "missed-explained"
     return SlotVerdict(spec.name, slot, state, unexplained or reasons)

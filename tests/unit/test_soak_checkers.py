@@ -227,3 +227,22 @@ def test_takeover_counts_from_the_fault_to_the_next_token_of_a_struck_job() -> N
     history = History(jobs, HOSTS, runs=runs, faults=faults)
     assert figures.takeover(history) == {
         "kill-pglock": {"n": 1, "p50": 10.0, "p95": 10.0, "max": 10.0}}
+
+
+def test_a_spent_slot_is_dead_only_if_every_attempt_failed_or_met_a_fault() -> None:
+    rows = [SlotRow("c", SLOT, 3, 3, None, False)]
+    runs = [run(1, "h1", "failed", attempt=1), run(2, "h1", "lock_lost", attempt=2),
+            run(3, "h2", "failed", attempt=3)]
+    invocations = [invoked("h1", 125), invoked("h2", 1), *losers("h3")]
+    found = verdict(runs, invocations, rows=rows)
+    assert found.state == "missed-unexplained"
+    assert found.why == ["attempt #2 (run 2) ended lock_lost on h1, cut short by no fault"]
+    cut = [fault("terminate", "h1", 3, 3)]
+    assert verdict(runs, invocations, cut, rows).state == "dead"
+
+
+def test_commands_with_one_pid_are_told_apart() -> None:
+    # pids wrap: the same host and pid, two tokens, one after the other.
+    marks = command("a", "h1", 10, 1, 0, 1) + command("a", "h1", 10, 2, 2, 3)
+    assert len(overlap.intervals(marks)) == 2
+    assert held_by_two([JobSpec("a")], marks) == []
