@@ -50,7 +50,8 @@ TTL = 10.0
 def fleet_jobs() -> list[JobSpec]:
     """Unscheduled jobs fired every few seconds (exclusion), minutely ones (slots)."""
     return [
-        JobSpec("ex-lease", seconds=(0.5, 3.0)),
+        # A third of its first attempts fail: retried in place, this invocation's alone.
+        JobSpec("ex-lease", retries=1, fail=(0.3, 0.0), seconds=(0.5, 3.0)),
         JobSpec("ex-advisory", mode="advisory", seconds=(0.5, 3.0)),
         JobSpec("ex-limit2", limit=2, seconds=(1.0, 4.0)),
         JobSpec("ex-wait", wait=4.0, seconds=(0.5, 2.0)),
