@@ -117,7 +117,9 @@ class Cron:
 
     def environment(self, host: Host) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "LD_PRELOAD"))}
-        env.update(PGLOCK_DSN=host.dsn, PGLOCK_SCHEMA="pglock")
+        # Verbose: a pglock that fails leaves its traceback in the host's log (it says
+        # nothing more when all goes well).
+        env.update(PGLOCK_DSN=host.dsn, PGLOCK_SCHEMA="pglock", PGLOCK_VERBOSE="1")
         offset = self.offsets[host.name]
         if offset:
             # The wall clock only: pglock's stopwatch (CLOCK_BOOTTIME) is the kernel's.
