@@ -3,12 +3,13 @@
     command.py MARKS HOST DSN SECONDS FAIL_CHANCES SEED
 
 Marks (enter, a tick every 0.1 s, done or leave) go to MARKS with O_APPEND, one
-unbuffered write per line, read on CLOCK_BOOTTIME. pglock may run with libfaketime
-loaded for a clock offset; this command is started through `env -u LD_PRELOAD` so that
-no faked clock is loaded here at all. Every 0.5 s a thread writes the fencing token to
-the guarded resource (soak.fenced_write), which refuses a stale one. FAIL_CHANCES is a
-comma-separated chance per attempt (the last for any later one): with it, decided by the
-seed, the job, its slot and attempt, the command fails on purpose: exit 1 after its work.
+unbuffered write per line, read on CLOCK_BOOTTIME. pglock may run with the wall-clock
+shim loaded for a clock offset (wallclock.c); this command is started through
+`env -u LD_PRELOAD` so that no faked clock is loaded here at all. Every 0.5 s a thread
+writes the fencing token to the guarded resource (soak.fenced_write), which refuses a
+stale one. FAIL_CHANCES is a comma-separated chance per attempt (the last for any later
+one): with it, decided by the seed, the job, its slot and attempt, the command fails on
+purpose: exit 1 after its work.
 """
 
 from __future__ import annotations

@@ -12,6 +12,7 @@ from __future__ import annotations
 import math
 import os
 import random
+import shutil
 import subprocess
 import sys
 import threading
@@ -24,9 +25,7 @@ from .history import Invocation, JobSpec, append, now_ns
 
 PGLOCK = str(Path(sys.executable).with_name("pglock"))
 COMMAND = str(Path(__file__).with_name("command.py"))
-# Debian's libfaketime (package faketime), under the machine's multiarch directory.
-FAKETIME = next((str(p) for p in sorted(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"))),
-                "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1")
+SHIM_SOURCE = Path(__file__).with_name("wallclock.c")
 NAP = 0.05
 
 
@@ -42,12 +41,14 @@ class Launch:
 
 class Cron:
     def __init__(self, hosts: list[Host], jobs: list[JobSpec], out: Path, seed: int,
-                 period: float) -> None:
+                 period: float, shim: Path | None = None) -> None:
         self.hosts = hosts
         self.jobs = jobs
         self.out = out
         self.seed = seed
         self.period = period
+        # The wall-clock shim (wallclock.c, built by build_shim); None: no clock faults.
+        self.shim = shim
         self.rng = {h.name: random.Random(f"{seed}:cron:{h.name}") for h in hosts}
         self.offsets = {h.name: 0 for h in hosts}
         self.frozen: set[str] = set()
@@ -110,7 +111,7 @@ class Cron:
         if job.wait:
             options += ["--wait", f"{job.wait:g}s"]
         seconds = self.rng[host.name].uniform(*job.seconds)
-        command = ["env", "-u", "LD_PRELOAD", "-u", "FAKETIME", sys.executable, COMMAND,
+        command = ["env", "-u", "LD_PRELOAD", "-u", "SOAK_CLOCK_OFFSET", sys.executable, COMMAND,
                    str(self.out / f"marks-{host.name}"), host.name, host.dsn,
                    f"{seconds:.2f}", ",".join(f"{c:g}" for c in job.fail), str(self.seed)]
         return [*host.exec_prefix(), PGLOCK, "run", *options, "--", *command]
@@ -121,10 +122,9 @@ class Cron:
         # nothing more when all goes well).
         env.update(PGLOCK_DSN=host.dsn, PGLOCK_SCHEMA="pglock", PGLOCK_VERBOSE="1")
         offset = self.offsets[host.name]
-        if offset:
+        if offset and self.shim is not None:
             # The wall clock only: pglock's stopwatch (CLOCK_BOOTTIME) is the kernel's.
-            env.update(LD_PRELOAD=FAKETIME, FAKETIME=f"{offset:+d}",
-                       FAKETIME_DONT_FAKE_MONOTONIC="1")
+            env.update(LD_PRELOAD=str(self.shim), SOAK_CLOCK_OFFSET=str(offset))
         return env
 
     def launch(self, host: Host, job: JobSpec, slot: float | None) -> None:
@@ -159,3 +159,14 @@ class Cron:
         while self.running and time.monotonic() < deadline + 10:
             time.sleep(NAP)
         return len(left)
+
+
+def build_shim(out: Path) -> Path | None:
+    """Compile wallclock.c into out/; None when there is no C compiler (no clock faults)."""
+    target = out / "wallclock.so"
+    compiler = next((c for c in ("cc", "gcc") if shutil.which(c)), None)
+    if compiler is None:
+        return None
+    done = subprocess.run([compiler, "-shared", "-fPIC", "-O2", "-o", str(target),
+                           str(SHIM_SOURCE), "-ldl"], capture_output=True, check=False)
+    return target if done.returncode == 0 else None

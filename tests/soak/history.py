@@ -1,10 +1,11 @@
 """The records of a soak, and the one clock they share.
 
 Every time the checkers compare is read on CLOCK_BOOTTIME, which no fault here can skew:
-the hosts are network namespaces of one machine, so they share it, and libfaketime is
-loaded only into pglock, never into the command that writes the marks nor into the
-soak itself. Wall times (`*_wall`, seconds since the epoch) are kept beside them only to
-line records up with slots and with the database's `runs` rows.
+the hosts are network namespaces of one machine, so they share it, and the wall-clock
+shim of a clock fault (wallclock.c) is loaded only into pglock, never into the command
+that writes the marks nor into the soak itself. Wall times (`*_wall`, seconds since the
+epoch) are kept beside them only to line records up with slots and with the database's
+`runs` rows.
 """
 
 from __future__ import annotations

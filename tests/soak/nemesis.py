@@ -41,7 +41,9 @@ class Planned:
 
 
 def plan(seed: int, seconds: float, hosts: int, ttl: float, gap: tuple[float, float],
-         warmup: float = 10.0) -> list[Planned]:
+         warmup: float = 10.0, clock: bool = True) -> list[Planned]:
+    """The faults, drawn from the seed (without clock faults when `clock` is false: the
+    same draws, a clock fault's turn left empty)."""
     rng = random.Random(f"{seed}:nemesis")
     kinds, weights = zip(*WEIGHTS.items(), strict=True)
     schedule: list[Planned] = []
@@ -56,8 +58,10 @@ def plan(seed: int, seconds: float, hosts: int, ttl: float, gap: tuple[float, fl
                   "restart-fast": rng.uniform(0, 3),
                   "restart-immediate": rng.uniform(0, 3)}.get(kind, 0.0)
         offset = rng.choice([s * v for v in range(1, MAX_OFFSET + 1) for s in (-1, 1)])
-        schedule.append(Planned(at, kind, rng.randrange(hosts), length, offset,
-                                rng.randrange(1 << 30)))
+        planned = Planned(at, kind, rng.randrange(hosts), length, offset,
+                          rng.randrange(1 << 30))
+        if clock or kind != "clock":
+            schedule.append(planned)
 
 
 class Nemesis:
