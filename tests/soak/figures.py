@@ -30,6 +30,8 @@ class Report:
     defects: list[str] = field(default_factory=list)
     # Overlaps outside pglock's promise, one line each.
     excused: list[str] = field(default_factory=list)
+    # Missed slots a fault explains, one line each with what accounts for each host.
+    explained: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -49,6 +51,8 @@ def build(history: History) -> Report:
     verdicts = slots.check(history)
     states = Counter(v.state for v in verdicts)
     for v in verdicts:
+        if v.state == "missed-explained":
+            report.explained.append(f"slot {_slot(v.slot)} of {v.job}: " + "; ".join(v.why))
         if v.state in ("duplicate", "missed-unexplained"):
             report.defects.append(f"slot {_slot(v.slot)} of {v.job}: {v.state}: "
                                   + "; ".join(v.why))
@@ -159,6 +163,9 @@ def text(report: Report, header: list[str]) -> str:
     if report.excused:
         lines.append("outside the promise:")
         lines += [f"  {line}" for line in report.excused]
+    if report.explained:
+        lines.append("explained misses:")
+        lines += [f"  {line}" for line in report.explained]
     lines.append(f"defects: {len(report.defects)}")
     lines += [f"  {line}" for line in report.defects]
     lines.append("PASS" if report.passed else "FAIL")

@@ -213,5 +213,6 @@ def report(out: Path) -> int:
     (out / "report.txt").write_text(rendered + "\n")
     (out / "report.json").write_text(json.dumps(
         {"meta": meta, "figures": result.figures, "defects": result.defects,
-         "excused": result.excused, "passed": result.passed}, indent=1))
+         "excused": result.excused, "explained": result.explained, "passed": result.passed},
+        indent=1))
     return 0 if result.passed else 1
