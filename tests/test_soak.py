@@ -69,15 +69,31 @@ def test_no_slot_ran_twice(report: dict[str, Any]) -> None:
     assert report["figures"]["duplicate_slots"] == 0
 
 
+# The job that meets defect 1 of docs/soak.md; its misses are tested apart.
+ADVISORY_RETRIED = "cron-retry-adv"
+
+
 @needs_root
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG: in advisory mode a retry in place loses its session lock (the heartbeat's end "
-    "closes the session that holds it, issue 22), so every slot of cron-retry-adv loses "
-    "its second attempt as lock_lost with no fault: an unexplained miss; see "
-    "test_an_advisory_retry_in_place_keeps_its_lock and docs/soak.md"))
 def test_every_missed_slot_is_explained_by_a_fault(report: dict[str, Any]) -> None:
-    assert report["figures"]["unexplained_misses"] == 0, report["defects"]
+    by_job = dict(report["figures"]["unexplained_misses_by_job"])
+    by_job.pop(ADVISORY_RETRIED, None)
+    assert by_job == {}, report["defects"]
+
+
+@needs_root
+@pytest.mark.timeout(900)
+@pytest.mark.xfail(strict=False, reason=(
+    "BUG: in advisory mode a retry in place loses its session lock (the heartbeat's end "
+    "closes the session that holds it, issue 22), so a slot of cron-retry-adv whose first "
+    "attempt fails loses its second as lock_lost with no fault: an unexplained miss "
+    "(docs/soak.md, defect 1). Not strict: a fault that happens to fall on every such "
+    "slot of a 2.5-minute run explains it; test_an_advisory_retry_in_place_keeps_its_lock "
+    "is the strict reproduction"))
+def test_every_missed_slot_of_the_advisory_retried_job_is_explained(
+        report: dict[str, Any]) -> None:
+    assert ADVISORY_RETRIED not in report["figures"]["unexplained_misses_by_job"], \
+        report["defects"]
 
 
 ATTEMPT_1_FAILS = ["sh", "-c", 'sleep 1; [ "$PGLOCK_ATTEMPT" -ge 2 ] || exit 1']

@@ -72,6 +72,8 @@ def build(history: History) -> Report:
         "slots_dead": states["dead"],
         "duplicate_slots": states["duplicate"],
         "unexplained_misses": states["missed-unexplained"],
+        "unexplained_misses_by_job": dict(sorted(Counter(
+            v.job for v in verdicts if v.state == "missed-unexplained").items())),
         "explained_misses": states["missed-explained"],
         "explained_misses_by_stall": sum(v.state == "missed-explained" and v.by_stall
                                          for v in verdicts),

@@ -13,7 +13,8 @@ that carry it. A slot is
 A host's part in a missed slot is accounted for when its invocation for the slot:
 
 - ran an attempt that a fault cut short (a fault on that host or on the server during
-  the attempt): with one trigger per host per slot, nobody retries it;
+  the attempt; a fault aimed at one pglock counts for its own job only): with one
+  trigger per host per slot, nobody retries it;
 - failed to reach the database or to run (exit 125, a signal) while a fault touched that
   host or the server;
 - was refused (exit 75, held elsewhere) while a run of the job held the lock (any slot's:
@@ -145,8 +146,16 @@ def _cutting(run: Run, spec: JobSpec, faults: list[Fault]) -> Fault | None:
     if run.outcome not in CUT_SHORT:
         return None
     end = run.finished_wall if run.finished_wall is not None else run.started_wall + spec.ttl
-    return next((f for f in faults if f.kind != "clock" and f.touches(run.holder)
+    return next((f for f in faults if _aimed(f, run.holder, spec)
                  and f.start_wall <= end + 1 and f.end_wall >= run.started_wall - 1), None)
+
+
+def _aimed(fault: Fault, host: str, spec: JobSpec) -> bool:
+    """The fault could have hit this job on this host: not a clock offset; on the host or
+    the server; and, for a fault aimed at one pglock (a kill, a pause, a terminated
+    session), at one of this job."""
+    return (fault.kind != "clock" and fault.touches(host)
+            and (fault.job is None or fault.job == spec.name))
 
 
 def _refusing(invocation: Invocation, spec: JobSpec, faults: list[Fault],
@@ -162,7 +171,7 @@ def _refusing(invocation: Invocation, spec: JobSpec, faults: list[Fault],
         since = invocation.fired_wall - 1.5 * spec.ttl
         return next((f for f in faults if f.host is None
                      and f.start_wall <= invocation.ended_wall and f.end_wall >= since), None)
-    return next((f for f in faults if f.kind != "clock" and f.touches(invocation.host)
+    return next((f for f in faults if _aimed(f, invocation.host, spec)
                  and f.start_wall <= invocation.ended_wall + 1
                  and f.end_wall >= invocation.fired_wall - 1), None)
 

@@ -246,3 +246,12 @@ def test_commands_with_one_pid_are_told_apart() -> None:
     marks = command("a", "h1", 10, 1, 0, 1) + command("a", "h1", 10, 2, 2, 3)
     assert len(overlap.intervals(marks)) == 2
     assert held_by_two([JobSpec("a")], marks) == []
+
+
+def test_a_fault_aimed_at_another_jobs_pglock_explains_nothing() -> None:
+    runs = [run(1, "h1", "lock_lost", end=3)]
+    invocations = [invoked("h1", 125, ended=3), *losers("h2", "h3")]
+    other = [Fault("terminate", "h1", T0 + 2 * NS, T0 + 2 * NS, SLOT + 2, SLOT + 2, "x")]
+    assert verdict(runs, invocations, other).state == "missed-unexplained"
+    ours = [Fault("terminate", "h1", T0 + 2 * NS, T0 + 2 * NS, SLOT + 2, SLOT + 2, "c")]
+    assert verdict(runs, invocations, ours).state == "missed-explained"
