@@ -46,6 +46,8 @@ from .watch import Watch
 
 MINUTELY = "* * * * *"
 TTL = 10.0
+PERIOD = 5.0
+GAP = (4.0, 12.0)
 
 
 def fleet_jobs() -> list[JobSpec]:
@@ -72,9 +74,9 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--minutes", type=float, default=30.0, help="how long the fleet fires")
     parser.add_argument("--seed", type=int, help="the nemesis' and the fleet's (random if none)")
     parser.add_argument("--hosts", type=int, default=5)
-    parser.add_argument("--period", type=float, default=5.0,
+    parser.add_argument("--period", type=float, default=PERIOD,
                         help="seconds between a host's triggers of an unscheduled job (mean)")
-    parser.add_argument("--gap", type=float, nargs=2, default=(4.0, 12.0),
+    parser.add_argument("--gap", type=float, nargs=2, default=GAP,
                         metavar=("MIN", "MAX"), help="seconds between two faults' starts")
     parser.add_argument("--net", default="10.200",
                         help="first two octets of the private links made for the hosts")
@@ -113,14 +115,13 @@ def missing() -> str:
 
 
 def soak(args: argparse.Namespace, out: Path) -> None:
-    """Run the fleet and the nemesis for the minutes asked, then save the history."""
+    """Set the fleet up, run it, save the history, and tear it down whatever happens."""
     fleet = hosts(args.hosts, args.prefix, args.net)
     jobs = fleet_jobs()
     server = Server(out / "db", [h.server_ip for h in fleet], args.net)
-    meta = {"seed": args.seed, "minutes": args.minutes, "hosts": [h.name for h in fleet],
-            "command": " ".join(["scripts/soak", "--minutes", f"{args.minutes:g}",
-                                 "--seed", str(args.seed), "--hosts", str(args.hosts)]),
-            "jobs": [asdict(j) for j in jobs]}
+    meta: dict[str, Any] = {"seed": args.seed, "minutes": args.minutes,
+                            "hosts": [h.name for h in fleet], "command": command_line(args),
+                            "jobs": [asdict(j) for j in jobs]}
     nemesis: Nemesis | None = None
     try:
         for host in fleet:
@@ -131,23 +132,7 @@ def soak(args: argparse.Namespace, out: Path) -> None:
         meta["clock_faults"] = shim is not None
         cron = Cron(fleet, jobs, out, args.seed, args.period, shim)
         nemesis = Nemesis(cron, server, fleet, out)
-        seconds = args.minutes * 60
-        schedule = plan(args.seed, seconds, len(fleet), TTL, tuple(args.gap),
-                        clock=shim is not None)
-        meta["started"] = time.time()
-        injector = threading.Thread(target=nemesis.run, args=(schedule, time.monotonic()),
-                                    daemon=True)
-        injector.start()
-        watch = Watch(out)
-        threading.Thread(target=watch.run, daemon=True).start()
-        cron.run(until=meta["started"] + seconds)
-        meta["stopped"] = time.time()
-        nemesis.stop()
-        injector.join()
-        meta["killed_at_drain"] = cron.drain(timeout=120)
-        meta["faults_skipped"] = nemesis.skipped
-        watch.stopped.set()
-        meta["load"] = watch.load()
+        fire(args, cron, nemesis, meta, out)
         save(server, out)
     finally:
         if nemesis is not None:
@@ -156,6 +141,40 @@ def soak(args: argparse.Namespace, out: Path) -> None:
         server.close()
         for host in fleet:
             host.destroy()
+
+
+def fire(args: argparse.Namespace, cron: Cron, nemesis: Nemesis, meta: dict[str, Any],
+         out: Path) -> None:
+    """The soak proper: cron fires for the minutes asked while the nemesis strikes; then
+    the faults heal and every pglock started is waited for."""
+    seconds = args.minutes * 60
+    schedule = plan(args.seed, seconds, len(cron.hosts), TTL, tuple(args.gap),
+                    clock=cron.shim is not None)
+    meta["started"] = time.time()
+    injector = threading.Thread(target=nemesis.run, args=(schedule, time.monotonic()),
+                                daemon=True)
+    injector.start()
+    watch = Watch(out)
+    threading.Thread(target=watch.run, daemon=True).start()
+    cron.run(until=meta["started"] + seconds)
+    meta["stopped"] = time.time()
+    nemesis.stop()
+    injector.join()
+    meta["killed_at_drain"] = cron.drain(timeout=120)
+    meta["faults_skipped"] = nemesis.skipped
+    watch.stopped.set()
+    meta["load"] = watch.load()
+
+
+def command_line(args: argparse.Namespace) -> str:
+    """The command that repeats this soak (its options that change what it does)."""
+    words = ["scripts/soak", "--minutes", f"{args.minutes:g}", "--seed", str(args.seed),
+             "--hosts", str(args.hosts)]
+    if args.period != PERIOD:
+        words += ["--period", f"{args.period:g}"]
+    if tuple(args.gap) != GAP:
+        words += ["--gap", *(f"{g:g}" for g in args.gap)]
+    return " ".join(words)
 
 
 def save(server: Server, out: Path) -> None:
