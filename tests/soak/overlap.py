@@ -1,0 +1,165 @@
+"""Checker 1, held by two: no two commands of a job ran at once (no more than --limit of a
+semaphore, and never two on one seat), and the guarded resource took no stale write.
+
+A command's interval runs from its `enter` mark to its last mark: it ticks every 0.1 s,
+so the last mark is the last moment it is known to have been alive and acting; a
+command that was SIGKILLed leaves no `leave`, and one that was frozen and thawed ticks
+again (and so stretches its interval) the moment it runs. Intervals are compared on
+CLOCK_BOOTTIME (history.py).
+
+An overlap is a defect unless a fault outside pglock's promise explains it:
+
+- `frozen-host`: the earlier command's whole host was stopped (SIGSTOP of every process:
+  a VM freeze) long enough for its lease to run out, and thawed after the later one
+  started. docs/lease.md, "What it does not promise": nothing local can act while
+  paused; only a fencing token protects the resource (and the guard below refused the
+  stale writes).
+- `advisory-window`: in advisory mode, a connection of the holder broke (its backend
+  terminated, the server restarted) and another advisory host took the lock before the
+  holder's next check; docs/advisory.md bounds it by one check interval plus the time
+  to stop the command.
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from .history import NS, Fault, JobSpec, Mark, Run, Write
+
+# docs/advisory.md: a check every 1.5 s, then SIGTERM, SIGKILL a grace later (at most
+# ttl/4); one more second for a loaded machine's scheduling.
+ADVISORY_CHECK = 1.5
+SCHEDULING_SLACK = 1.0
+BREAKS_ADVISORY = frozenset({"terminate", "restart-fast", "restart-immediate"})
+
+
+@dataclass(frozen=True)
+class Interval:
+    job: str
+    seat: int
+    token: int
+    host: str
+    pid: int
+    enter: int
+    last: int
+    # The command worked to its end (a `done` mark): nothing cut it short.
+    done: bool
+
+
+@dataclass(frozen=True)
+class Overlap:
+    first: Interval
+    second: Interval
+    verdict: str  # "defect", "frozen-host" or "advisory-window"
+
+    @property
+    def seconds(self) -> float:
+        return (min(self.first.last, self.second.last) - self.second.enter) / NS
+
+
+@dataclass(frozen=True)
+class StaleWrites:
+    refused: int
+    # Accepted writes whose token was lower than one accepted before: the guard failed.
+    accepted_lower: list[Write]
+
+
+def intervals(marks: Iterable[Mark]) -> list[Interval]:
+    """One interval per command process, from its marks."""
+    # By every field a command writes, not its pid alone: pids wrap in a long soak.
+    by_process: dict[tuple[str, int, int, str, int, str, int], list[Mark]] = defaultdict(list)
+    for m in marks:
+        by_process[(m.job, m.seat, m.token, m.host, m.pid, m.slot, m.attempt)].append(m)
+    found = []
+    for process_marks in by_process.values():
+        process_marks.sort(key=lambda m: m.at)
+        first = process_marks[0]
+        found.append(Interval(first.job, first.seat, first.token, first.host, first.pid,
+                              first.at, process_marks[-1].at,
+                              any(m.kind == "done" for m in process_marks)))
+    return sorted(found, key=lambda i: i.enter)
+
+
+def overlaps(found: list[Interval], jobs: dict[str, JobSpec], faults: list[Fault],
+             runs: Iterable[Run] = ()) -> list[Overlap]:
+    """Every pair of commands that broke a job's limit, with its verdict. `runs` tell
+    when each command's lock was taken (before its first mark: the command has to start)."""
+    taken = {(r.job, r.seat or 0, r.token, r.holder): r.started_wall for r in runs}
+    by_job: dict[str, list[Interval]] = defaultdict(list)
+    for interval in found:
+        by_job[interval.job].append(interval)
+    result: list[Overlap] = []
+    for job, job_intervals in by_job.items():
+        spec = jobs.get(job, JobSpec(job))
+        for first, second in _conflicts(job_intervals, spec.limit):
+            since = taken.get((first.job, first.seat, first.token, first.host))
+            result.append(Overlap(first, second, verdict(first, second, spec, faults, since)))
+    return result
+
+
+def _conflicts(job_intervals: list[Interval],
+               limit: int) -> Iterable[tuple[Interval, Interval]]:
+    """(running, entering) pairs: the entering command found its seat taken, or the
+    job's limit reached. Sweep over enters: O(n * limit)."""
+    active: list[Interval] = []
+    for entering in sorted(job_intervals, key=lambda i: i.enter):
+        active = [a for a in active if a.last > entering.enter]
+        same_seat = [a for a in active if a.seat == entering.seat]
+        if same_seat:
+            yield from ((a, entering) for a in same_seat)
+        elif len(active) >= limit:
+            # One pair per excess entry: the oldest running command is named.
+            yield active[0], entering
+        active.append(entering)
+
+
+def verdict(first: Interval, second: Interval, spec: JobSpec, faults: list[Fault],
+            since: float | None = None) -> str:
+    """`since`: when the first command's lock was taken (epoch seconds), if known."""
+    if _frozen_past_lease(first, second, spec, faults):
+        return "frozen-host"
+    if spec.mode == "advisory" and _advisory_window(first, second, spec, faults, since):
+        return "advisory-window"
+    return "defect"
+
+
+def _frozen_past_lease(first: Interval, second: Interval, spec: JobSpec,
+                       faults: list[Fault]) -> bool:
+    """The first command's host was frozen, from inside its run until after the second
+    one started, for longer than its lease can outlast."""
+    return any(f.kind == "freeze-host" and f.host == first.host
+               and first.enter <= f.end and f.start <= second.enter
+               and (f.end - f.start) / NS >= spec.safe_freeze()
+               for f in faults)
+
+
+def _advisory_window(first: Interval, second: Interval, spec: JobSpec,
+                     faults: list[Fault], since: float | None) -> bool:
+    """A connection break during the first run, before the second started, and the first
+    command gone within one check interval plus the time to stop it after the second
+    started (the measure of docs/ha.md: how long the old command ran on)."""
+    bound = ADVISORY_CHECK + min(10.0, spec.ttl / 4) + SCHEDULING_SLACK
+    seconds = (first.last - second.enter) / NS
+    return seconds <= bound and any(
+        f.kind in BREAKS_ADVISORY and f.touches(first.host) and f.start <= second.enter
+        and (f.end >= first.enter - NS if since is None else f.end_wall >= since)
+        for f in faults)
+
+
+def stale_writes(writes: Iterable[Write]) -> StaleWrites:
+    """Refused writes, and any accepted write with a token below one accepted before it
+    (per job and seat: a seat's token says nothing of another's)."""
+    highest: dict[tuple[str, int], int] = {}
+    refused = 0
+    lower: list[Write] = []
+    for write in sorted(writes, key=lambda w: w.id):
+        key = (write.job, write.seat)
+        if not write.accepted:
+            refused += 1
+            continue
+        if write.token < highest.get(key, write.token):
+            lower.append(write)
+        highest[key] = max(highest.get(key, write.token), write.token)
+    return StaleWrites(refused, lower)

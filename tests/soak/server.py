@@ -1,0 +1,92 @@
+"""The database of the soak: an embedded PostgreSQL listening on the hosts' links, the
+guarded resource, and the server's faults (restarts, terminated backends)."""
+
+from __future__ import annotations
+
+import os
+import random
+import subprocess
+from pathlib import Path
+
+import psycopg
+
+from pglock.embedded import SERVER_USER, EmbeddedServer, _install_dir
+
+# The resource pglock's holders write to: it refuses a token lower than the highest it
+# has seen for the job and seat (Kleppmann's fencing check), and logs every write, taken
+# or refused, in the order it took them (the row lock serializes them).
+GUARD_SQL = """
+CREATE SCHEMA IF NOT EXISTS soak;
+CREATE TABLE IF NOT EXISTS soak.guard (
+    job text, seat integer, token bigint NOT NULL, PRIMARY KEY (job, seat));
+CREATE TABLE IF NOT EXISTS soak.writes (
+    id bigserial PRIMARY KEY, job text NOT NULL, seat integer NOT NULL,
+    token bigint NOT NULL, host text NOT NULL, accepted boolean NOT NULL,
+    at timestamptz NOT NULL DEFAULT clock_timestamp());
+CREATE OR REPLACE FUNCTION soak.fenced_write(p_job text, p_seat integer, p_token bigint,
+                                             p_host text) RETURNS boolean
+LANGUAGE plpgsql AS $$
+DECLARE
+    seen bigint;
+BEGIN
+    INSERT INTO soak.guard VALUES (p_job, p_seat, p_token) ON CONFLICT DO NOTHING;
+    SELECT token INTO seen FROM soak.guard WHERE job = p_job AND seat = p_seat FOR UPDATE;
+    IF p_token >= seen THEN
+        UPDATE soak.guard SET token = p_token WHERE job = p_job AND seat = p_seat;
+    END IF;
+    INSERT INTO soak.writes (job, seat, token, host, accepted)
+    VALUES (p_job, p_seat, p_token, p_host, p_token >= seen);
+    RETURN p_token >= seen;
+END $$;
+"""
+
+
+class Server:
+    def __init__(self, directory: Path, addresses: list[str], net: str) -> None:
+        self.embedded = EmbeddedServer(directory, settings={
+            "listen_addresses": ",".join(addresses), "fsync": "off",
+            "max_connections": "300", "log_min_messages": "warning"})
+        self.net = net
+        self.local = ""
+
+    def start(self) -> str:
+        """Start it, let the hosts in, create the guarded resource; the local DSN."""
+        self.local = self.embedded.join()
+        with (self.embedded.pgdata / "pg_hba.conf").open("a") as hba:
+            hba.write(f"host all all {self.net}.0.0/16 trust\n")
+        with psycopg.connect(self.local, autocommit=True) as conn:
+            conn.execute("SELECT pg_reload_conf()")
+            conn.execute(GUARD_SQL)
+        return self.local
+
+    def close(self) -> None:
+        self.embedded.leave()
+
+    def stop(self, mode: str) -> None:
+        """pg_ctl stop -m fast (clients told, checkpoint) or immediate (a crash)."""
+        user = SERVER_USER if os.geteuid() == 0 else None
+        ids = {"user": user, "group": user, "extra_groups": []} if user else {}
+        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+        subprocess.run([str(_install_dir() / "bin" / "pg_ctl"), "-D",
+                        str(self.embedded.pgdata), "-m", mode, "-w", "stop"],
+                       capture_output=True, env=env, timeout=120, check=False, **ids)  # type: ignore[call-overload]
+
+    def restart(self) -> None:
+        self.embedded.start()
+
+    def terminate(self, rng: random.Random) -> tuple[str, str] | None:
+        """pg_terminate_backend of one pglock session, at random: (its address, its job)."""
+        with psycopg.connect(self.local, autocommit=True, connect_timeout=5) as conn:
+            rows = conn.execute(
+                "SELECT pid, host(client_addr), application_name FROM pg_stat_activity "
+                "WHERE application_name LIKE 'pglock run %' AND client_addr IS NOT NULL "
+                "ORDER BY pid").fetchall()
+            if not rows:
+                return None
+            pid, address, name = rng.choice(rows)
+            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
+        return address, name.split()[2] if len(name.split()) > 2 else ""
+
+    def fetch(self, query: str) -> list[tuple[object, ...]]:
+        with psycopg.connect(self.local, autocommit=True) as conn:
+            return conn.execute(query).fetchall()

@@ -1,0 +1,184 @@
+"""Checker 2, slots: every scheduled slot of every job was done exactly once.
+
+In the manner of Jepsen's Chronos checker: each expected slot is matched to the runs
+that carry it. A slot is
+
+- `ran`: exactly one `succeeded` run (after failed attempts too, with --retries);
+- `dead`: its attempts were spent without a success (allowed: the command failed, or a
+  fault cut an attempt short; an attempt cut short by no fault is a defect);
+- `duplicate`: more than one `succeeded` run (a defect);
+- `missed`: none of the above; `explained` when every host's part in it is accounted
+  for by a fault, else `unexplained` (a defect).
+
+A host's part in a missed slot is accounted for when its invocation for the slot:
+
+- ran an attempt that a fault cut short (a fault on that host or on the server during
+  the attempt; a fault aimed at one pglock counts for its own job only): with one
+  trigger per host per slot, nobody retries it;
+- failed to reach the database or to run (exit 125, a signal) while a fault touched that
+  host or the server;
+- was refused (exit 75, held elsewhere) while a run of the job held the lock (any slot's:
+  a run that outlasts its interval makes the next slots miss, docs/schedules.md), or
+  while the server had a fault;
+- never happened because the host was frozen when cron would have fired it.
+
+Clock offsets never account for anything: they stay within the documented bound, where
+pglock promises the same slot on every host (docs/schedules.md).
+"""
+
+from __future__ import annotations
+
+from collections import defaultdict
+from dataclasses import dataclass, field
+
+from .history import Fault, History, Invocation, JobSpec, Run
+
+# Outcomes a fault leaves (a run the fleet's command itself ended is `succeeded` or
+# `failed` with the command's own exit code).
+CUT_SHORT = frozenset({"abandoned", "lock_lost", "killed", "running", "failed", "timed_out"})
+# Exit codes of pglock that say the database or the lock failed it, or that it was killed.
+CONFLICT = 75
+# The largest clock offset the nemesis gives a host (seconds): cron fires that early or late.
+MAX_OFFSET = 10.0
+
+
+@dataclass
+class SlotVerdict:
+    job: str
+    slot: float
+    state: str  # ran, dead, duplicate, missed-explained, missed-unexplained
+    why: list[str] = field(default_factory=list)
+
+    @property
+    def by_stall(self) -> bool:
+        """Explained only with the help of a stall of the machine (not injected)."""
+        return any(reason.endswith(": observed-stall") for reason in self.why)
+
+
+def check(history: History) -> list[SlotVerdict]:
+    runs: dict[tuple[str, float], list[Run]] = defaultdict(list)
+    for run in history.runs:
+        if run.slot is not None and run.outcome != "cleared":
+            runs[(run.job, run.slot)].append(run)
+    invocations: dict[tuple[str, float], list[Invocation]] = defaultdict(list)
+    for invocation in history.invocations:
+        if invocation.slot is not None:
+            invocations[(invocation.job, invocation.slot)].append(invocation)
+    dead = {(row.job, row.slot) for row in history.slots
+            if row.succeeded_run_id is None
+            and (row.attempts >= row.attempt_limit or row.closed)}
+    by_job: dict[str, list[Run]] = defaultdict(list)
+    for run in history.runs:
+        by_job[run.job].append(run)
+    verdicts = []
+    for spec in history.jobs.values():
+        if spec.schedule is None:
+            continue
+        for slot in history.expected_slots:
+            key = (spec.name, slot)
+            verdicts.append(judge(spec, slot, runs[key], invocations[key], key in dead,
+                                  history, by_job[spec.name]))
+    return verdicts
+
+
+def judge(spec: JobSpec, slot: float, runs: list[Run], invocations: list[Invocation],
+          dead: bool, history: History, job_runs: list[Run] | None = None) -> SlotVerdict:
+    successes = [r for r in runs if r.outcome == "succeeded"]
+    if len(successes) > 1:
+        return SlotVerdict(spec.name, slot, "duplicate",
+                           [f"runs {', '.join(str(r.id) for r in successes)} succeeded"])
+    if successes:
+        return SlotVerdict(spec.name, slot, "ran")
+    if dead and runs:
+        # Spent: attempts the command failed, or that a fault cut short (they count).
+        burned = [r for r in runs if r.outcome not in ("failed", "timed_out")
+                  and _cutting(r, spec, history.faults) is None]
+        if not burned:
+            return SlotVerdict(spec.name, slot, "dead")
+        return SlotVerdict(spec.name, slot, "missed-unexplained", [
+            f"attempt #{r.attempt} (run {r.id}) ended {r.outcome} on {r.holder}, cut short "
+            "by no fault" for r in burned])
+    reasons, unexplained = explain_miss(spec, slot, runs, invocations, history, job_runs)
+    state = "missed-unexplained" if unexplained else "missed-explained"
+    return SlotVerdict(spec.name, slot, state, unexplained or reasons)
+
+
+def explain_miss(spec: JobSpec, slot: float, runs: list[Run], invocations: list[Invocation],
+                 history: History, job_runs: list[Run] | None = None
+                 ) -> tuple[list[str], list[str]]:
+    """(reasons, unexplained): what accounts for each host's part, and what does not.
+
+    Of the slot's runs only the last attempt needs a fault: earlier attempts that failed
+    were retried in place (their failures are the command's own)."""
+    reasons: list[str] = []
+    unexplained: list[str] = []
+    if runs:
+        ordered = sorted(runs, key=lambda r: (r.attempt or 0, r.id))
+        last = ordered[-1]
+        attempts = ", ".join(f"#{r.attempt} {r.outcome} on {r.holder}" for r in ordered)
+        fault = _cutting(last, spec, history.faults)
+        if fault is None:
+            unexplained.append(f"attempts {attempts}: the last one (run {last.id}) was cut "
+                               "short by no fault")
+        else:
+            reasons.append(f"run {last.id} on {last.holder}: {fault.kind}")
+    ran_on = {run.holder for run in runs}
+    by_host = {i.host: i for i in invocations}
+    for host in history.hosts:
+        if host in ran_on:
+            continue
+        invocation = by_host.get(host)
+        cause: Fault | Run | None = (_unfired(host, slot, history.faults) if invocation is None
+                 else _refusing(invocation, spec, history.faults, job_runs or runs))
+        what = "not fired" if invocation is None else f"exit {invocation.code}"
+        if cause is None:
+            unexplained.append(f"{host}: {what}, no fault")
+        elif isinstance(cause, Run):
+            reasons.append(f"{host}: {what}: held by run {cause.id} ({cause.outcome})")
+        else:
+            reasons.append(f"{host}: {what}: {cause.kind}")
+    return reasons, unexplained
+
+
+def _cutting(run: Run, spec: JobSpec, faults: list[Fault]) -> Fault | None:
+    """A fault on the run's host or the server while it ran (until it ended, or for a
+    run left `running`, a ttl after its start at least)."""
+    if run.outcome not in CUT_SHORT:
+        return None
+    end = run.finished_wall if run.finished_wall is not None else run.started_wall + spec.ttl
+    return next((f for f in faults if _aimed(f, run.holder, spec)
+                 and f.start_wall <= end + 1 and f.end_wall >= run.started_wall - 1), None)
+
+
+def _aimed(fault: Fault, host: str, spec: JobSpec) -> bool:
+    """The fault could have hit this job on this host: not a clock offset; on the host or
+    the server; and, for a fault aimed at one pglock (a kill, a pause, a terminated
+    session), at one of this job."""
+    return (fault.kind != "clock" and fault.touches(host)
+            and (fault.job is None or fault.job == spec.name))
+
+
+def _refusing(invocation: Invocation, spec: JobSpec, faults: list[Fault],
+              job_runs: list[Run]) -> Fault | Run | None:
+    """A fault (or, for a refusal, the run holding the lock) that explains why this
+    invocation ran nothing."""
+    if invocation.code == CONFLICT:
+        holder = next((r for r in job_runs if r.started_wall <= invocation.ended_wall + 1
+                       and (r.finished_wall is None
+                            or r.finished_wall >= invocation.fired_wall - 1)), None)
+        if holder is not None:
+            return holder
+        since = invocation.fired_wall - 1.5 * spec.ttl
+        return next((f for f in faults if f.host is None
+                     and f.start_wall <= invocation.ended_wall and f.end_wall >= since), None)
+    return next((f for f in faults if _aimed(f, invocation.host, spec)
+                 and f.start_wall <= invocation.ended_wall + 1
+                 and f.end_wall >= invocation.fired_wall - 1), None)
+
+
+def _unfired(host: str, slot: float, faults: list[Fault]) -> Fault | None:
+    """Cron did not fire on this host: it was frozen (the soak's cron with it) when the
+    slot came, and thawed only after the next one."""
+    return next((f for f in faults if f.kind == "freeze-host" and f.host == host
+                 and f.start_wall <= slot + MAX_OFFSET and f.end_wall >= slot - MAX_OFFSET),
+                None)

@@ -1,0 +1,257 @@
+"""The soak's two checkers against forged histories: a checker that cannot fail proves
+nothing, so each must report an overlap, a duplicate slot and a silent miss, and must not
+report what pglock's promise leaves out or what a fault explains (tests/soak)."""
+
+from __future__ import annotations
+
+from soak import figures, overlap, slots
+from soak.history import NS, Fault, History, Invocation, JobSpec, Mark, Run, SlotRow, Write
+
+HOSTS = ["h1", "h2", "h3"]
+SLOT = 1_800_000_000.0  # a minute boundary (epoch seconds)
+T0 = 1_000 * NS  # boottime of the forged histories' first event
+
+
+def command(job: str, host: str, pid: int, token: int, enter: float, leave: float,
+            seat: int = 0, done: bool = True) -> list[Mark]:
+    """A command's marks: enter, ticks every 0.1 s, done; times in seconds after T0."""
+    at = [T0 + int(enter * NS) + i * NS // 10 for i in range(int((leave - enter) * 10) + 1)]
+    kinds = ["enter"] + ["tick"] * (len(at) - 2) + ["done" if done else "tick"]
+    return [Mark(t, kind, job, seat, token, host, pid) for t, kind in zip(at, kinds, strict=True)]
+
+
+def fault(kind: str, host: str | None, start: float, end: float) -> Fault:
+    return Fault(kind, host, T0 + int(start * NS), T0 + int(end * NS),
+                 SLOT + start, SLOT + end)
+
+
+def held_by_two(jobs: list[JobSpec], marks: list[Mark],
+                faults: list[Fault] | None = None) -> list[overlap.Overlap]:
+    specs = {j.name: j for j in jobs}
+    return overlap.overlaps(overlap.intervals(marks), specs, faults or [])
+
+
+# Checker 1: held by two.
+
+def test_two_commands_of_one_job_at_once_are_a_defect() -> None:
+    marks = command("a", "h1", 10, 1, 0, 3) + command("a", "h2", 20, 2, 2, 4)
+    [found] = held_by_two([JobSpec("a")], marks)
+    assert found.verdict == "defect"
+    assert (found.first.token, found.second.token) == (1, 2)
+    assert 0.9 < found.seconds < 1.1
+
+
+def test_one_after_the_other_is_no_overlap() -> None:
+    marks = command("a", "h1", 10, 1, 0, 3) + command("a", "h2", 20, 2, 3.05, 5)
+    marks += command("b", "h2", 30, 1, 1, 2)  # another job meanwhile
+    assert held_by_two([JobSpec("a"), JobSpec("b")], marks) == []
+
+
+def test_a_command_killed_without_a_leave_ends_at_its_last_tick() -> None:
+    marks = command("a", "h1", 10, 1, 0, 2, done=False) + command("a", "h2", 20, 2, 2.5, 4)
+    assert held_by_two([JobSpec("a")], marks) == []
+
+
+def test_a_semaphore_allows_its_limit_on_distinct_seats_and_no_more() -> None:
+    two = command("s", "h1", 10, 1, 0, 3, seat=1) + command("s", "h2", 20, 1, 1, 3, seat=2)
+    assert held_by_two([JobSpec("s", limit=2)], two) == []
+    three = two + command("s", "h3", 30, 2, 2, 4, seat=1)
+    [found] = held_by_two([JobSpec("s", limit=2)], three)
+    assert found.verdict == "defect"
+    same_seat = command("s", "h1", 10, 1, 0, 3, seat=1) + command("s", "h2", 20, 2, 1, 3, seat=1)
+    assert [o.verdict for o in held_by_two([JobSpec("s", limit=2)], same_seat)] == ["defect"]
+
+
+def test_a_host_frozen_past_its_lease_is_outside_the_promise_a_short_freeze_is_not() -> None:
+    # h1's command entered at 0, its host froze from 1 to 16 (longer than a 10 s lease can
+    # outlast), h2 took over at 12, h1 thawed and ticked on until 16.5.
+    marks = (command("a", "h1", 10, 1, 0, 1, done=False) + command("a", "h1", 10, 1, 16, 16.5)
+             + command("a", "h2", 20, 2, 12, 14))
+    long_freeze = [fault("freeze-host", "h1", 1, 16)]
+    assert [o.verdict for o in held_by_two([JobSpec("a")], marks, long_freeze)] == [
+        "frozen-host"]
+    short_freeze = [fault("freeze-host", "h1", 11, 13)]
+    assert [o.verdict for o in held_by_two([JobSpec("a")], marks, short_freeze)] == ["defect"]
+    other_host = [fault("freeze-host", "h3", 1, 16)]
+    assert [o.verdict for o in held_by_two([JobSpec("a")], marks, other_host)] == ["defect"]
+
+
+def test_the_advisory_reconnect_window_is_bounded_and_advisory_only() -> None:
+    marks = command("v", "h1", 10, 1, 0, 3, done=False) + command("v", "h2", 20, 2, 2, 4)
+    terminated = [fault("terminate", "h1", 1.5, 1.5)]
+    advisory = JobSpec("v", mode="advisory")
+    assert [o.verdict for o in held_by_two([advisory], marks, terminated)] == [
+        "advisory-window"]
+    assert [o.verdict for o in held_by_two([JobSpec("v")], marks, terminated)] == ["defect"]
+    assert [o.verdict for o in held_by_two([advisory], marks)] == ["defect"]
+    # Longer than a check interval plus the stop: a defect even after a break.
+    long = command("v", "h1", 10, 1, 0, 9, done=False) + command("v", "h2", 20, 2, 2, 4)
+    assert [o.verdict for o in held_by_two([advisory], long, terminated)] == ["defect"]
+
+
+def test_stale_writes_are_counted_and_an_accepted_lower_token_is_reported() -> None:
+    writes = [Write(1, "a", 0, 1, "h1", True), Write(2, "a", 0, 2, "h2", True),
+              Write(3, "a", 0, 1, "h1", False), Write(4, "a", 1, 1, "h3", True)]
+    assert overlap.stale_writes(writes) == overlap.StaleWrites(1, [])
+    forged = [*writes, Write(5, "a", 0, 1, "h1", True)]
+    assert overlap.stale_writes(forged).accepted_lower == [forged[-1]]
+
+
+# Checker 2: slots.
+
+CRON = JobSpec("c", schedule="* * * * *")
+
+
+def run(id_: int, host: str, outcome: str, start: float = 1, end: float | None = 5,
+        attempt: int = 1) -> Run:
+    return Run(id_, "c", SLOT, attempt, None, host, 1, outcome, SLOT + start,
+               None if end is None else SLOT + end)
+
+
+def invoked(host: str, code: int, fired: float = 0, ended: float = 2) -> Invocation:
+    return Invocation(host, "c", SLOT, T0 + int(fired * NS), SLOT + fired,
+                      T0 + int(ended * NS), SLOT + ended, code)
+
+
+def verdict(runs: list[Run], invocations: list[Invocation], faults: list[Fault] | None = None,
+            rows: list[SlotRow] | None = None) -> slots.SlotVerdict:
+    history = History({"c": CRON}, HOSTS, faults=faults or [], invocations=invocations,
+                      runs=runs, slots=rows or [], expected_slots=[SLOT])
+    [found] = slots.check(history)
+    return found
+
+
+def losers(*hosts: str) -> list[Invocation]:
+    return [invoked(h, 75) for h in hosts]
+
+
+def test_a_slot_with_one_success_ran() -> None:
+    assert verdict([run(1, "h1", "succeeded")], [invoked("h1", 0), *losers("h2", "h3")]
+                   ).state == "ran"
+
+
+def test_two_successes_of_one_slot_are_a_duplicate() -> None:
+    found = verdict([run(1, "h1", "succeeded"), run(2, "h2", "succeeded", attempt=2)],
+                    [invoked("h1", 0), invoked("h2", 0), *losers("h3")])
+    assert found.state == "duplicate"
+
+
+def test_a_slot_nobody_ran_without_a_fault_is_an_unexplained_miss() -> None:
+    found = verdict([], losers(*HOSTS))
+    assert found.state == "missed-unexplained"
+    assert len(found.why) == 3
+    # A host cron never fired, with no fault to say why, is no excuse either.
+    assert verdict([], losers("h1", "h2")).state == "missed-unexplained"
+
+
+def test_a_miss_during_a_server_restart_is_explained() -> None:
+    down = [fault("restart-immediate", None, -1, 15)]
+    found = verdict([], [invoked(h, 125, ended=12) for h in HOSTS], down)
+    assert found.state == "missed-explained"
+
+
+def test_a_miss_needs_every_host_accounted_for() -> None:
+    # h1 cut off, but h2 and h3 reached the database and ran nothing: not explained.
+    cut = [fault("partition", "h1", -1, 15)]
+    found = verdict([], [invoked("h1", 125, ended=12), *losers("h2", "h3")], cut)
+    assert found.state == "missed-unexplained"
+    assert not any("h1" in why for why in found.why)
+
+
+def test_a_last_attempt_cut_by_a_fault_explains_the_refusals_it_caused() -> None:
+    killed = [fault("kill-pglock", "h1", 3, 3)]
+    runs = [run(1, "h1", "abandoned", end=20)]
+    assert verdict(runs, [invoked("h1", 137, ended=3), *losers("h2", "h3")], killed
+                   ).state == "missed-explained"
+    # The same run ended lock_lost with no fault anywhere: a defect.
+    assert verdict([run(1, "h1", "lock_lost", end=20)],
+                   [invoked("h1", 125, ended=20), *losers("h2", "h3")]
+                   ).state == "missed-unexplained"
+
+
+def test_a_clock_offset_explains_nothing() -> None:
+    skewed = [fault("clock", h, -30, 30) for h in HOSTS]
+    assert verdict([], losers(*HOSTS), skewed).state == "missed-unexplained"
+
+
+def test_spent_attempts_without_success_are_a_dead_slot() -> None:
+    runs = [run(1, "h1", "failed", attempt=1), run(2, "h1", "failed", attempt=2)]
+    rows = [SlotRow("c", SLOT, 2, 2, None, False)]
+    assert verdict(runs, [invoked("h1", 1), *losers("h2", "h3")], rows=rows).state == "dead"
+
+
+def test_the_report_fails_on_each_kind_of_defect() -> None:
+    jobs = {"a": JobSpec("a"), "c": CRON}
+    clean = History(jobs, HOSTS, marks=command("a", "h1", 10, 1, 0, 1),
+                    runs=[run(1, "h1", "succeeded")],
+                    invocations=[invoked("h1", 0), *losers("h2", "h3")],
+                    expected_slots=[SLOT])
+    assert figures.build(clean).passed
+    overlapping = History(jobs, HOSTS, marks=clean.marks + command("a", "h2", 20, 2, 0.5, 2),
+                          runs=clean.runs, invocations=clean.invocations,
+                          expected_slots=[SLOT])
+    report = figures.build(overlapping)
+    assert not report.passed and report.figures["overlaps"] == 1
+    duplicate = History(jobs, HOSTS, runs=[*clean.runs, run(2, "h2", "succeeded", attempt=2)],
+                        invocations=clean.invocations, expected_slots=[SLOT])
+    report = figures.build(duplicate)
+    assert not report.passed and report.figures["duplicate_slots"] == 1
+    silent = History(jobs, HOSTS, invocations=losers(*HOSTS), expected_slots=[SLOT])
+    report = figures.build(silent)
+    assert not report.passed and report.figures["unexplained_misses"] == 1
+
+
+def test_a_break_before_the_command_started_still_opens_the_advisory_window() -> None:
+    # The lock was taken at 0, the server restarted from 0.2 to 0.8, the command (slow to
+    # start) entered at 2, another host took the free lock at 2.5 (seed 3 of the soak).
+    marks = command("v", "h1", 10, 1, 2, 3.5, done=False) + command("v", "h2", 20, 2, 2.5, 4)
+    restart = [fault("restart-immediate", None, 0.2, 0.8)]
+    taken = [Run(1, "v", None, 1, None, "h1", 1, "lock_lost", SLOT, SLOT + 3.5)]
+    found = overlap.overlaps(overlap.intervals(marks), {"v": JobSpec("v", mode="advisory")},
+                             restart, taken)
+    assert [o.verdict for o in found] == ["advisory-window"]
+    # Without the record of when the lock was taken, the break predates the command.
+    assert [o.verdict for o in held_by_two([JobSpec("v", mode="advisory")], marks, restart)
+            ] == ["defect"]
+
+
+def test_takeover_counts_from_the_fault_to_the_next_token_of_a_struck_job() -> None:
+    jobs = {"a": JobSpec("a"), "c": CRON}
+    runs = [Run(1, "a", None, 1, None, "h1", 1, "abandoned", SLOT, SLOT + 12),
+            Run(2, "a", None, 1, None, "h2", 2, "succeeded", SLOT + 11.5, SLOT + 13),
+            # Not struck: it succeeded, or ran on another host than the fault's.
+            Run(3, "a", None, 1, None, "h3", 3, "succeeded", SLOT + 20, SLOT + 22),
+            Run(4, "a", None, 1, None, "h3", 4, "lock_lost", SLOT + 30, SLOT + 32)]
+    faults = [fault("kill-pglock", "h1", 1.5, 1.5), fault("kill-pglock", "h1", 21, 21),
+              fault("partition", "h1", 31, 33)]
+    history = History(jobs, HOSTS, runs=runs, faults=faults)
+    assert figures.takeover(history) == {
+        "kill-pglock": {"n": 1, "p50": 10.0, "p95": 10.0, "max": 10.0}}
+
+
+def test_a_spent_slot_is_dead_only_if_every_attempt_failed_or_met_a_fault() -> None:
+    rows = [SlotRow("c", SLOT, 3, 3, None, False)]
+    runs = [run(1, "h1", "failed", attempt=1), run(2, "h1", "lock_lost", attempt=2),
+            run(3, "h2", "failed", attempt=3)]
+    invocations = [invoked("h1", 125), invoked("h2", 1), *losers("h3")]
+    found = verdict(runs, invocations, rows=rows)
+    assert found.state == "missed-unexplained"
+    assert found.why == ["attempt #2 (run 2) ended lock_lost on h1, cut short by no fault"]
+    cut = [fault("terminate", "h1", 3, 3)]
+    assert verdict(runs, invocations, cut, rows).state == "dead"
+
+
+def test_commands_with_one_pid_are_told_apart() -> None:
+    # pids wrap: the same host and pid, two tokens, one after the other.
+    marks = command("a", "h1", 10, 1, 0, 1) + command("a", "h1", 10, 2, 2, 3)
+    assert len(overlap.intervals(marks)) == 2
+    assert held_by_two([JobSpec("a")], marks) == []
+
+
+def test_a_fault_aimed_at_another_jobs_pglock_explains_nothing() -> None:
+    runs = [run(1, "h1", "lock_lost", end=3)]
+    invocations = [invoked("h1", 125, ended=3), *losers("h2", "h3")]
+    other = [Fault("terminate", "h1", T0 + 2 * NS, T0 + 2 * NS, SLOT + 2, SLOT + 2, "x")]
+    assert verdict(runs, invocations, other).state == "missed-unexplained"
+    ours = [Fault("terminate", "h1", T0 + 2 * NS, T0 + 2 * NS, SLOT + 2, SLOT + 2, "c")]
+    assert verdict(runs, invocations, ours).state == "missed-explained"
