@@ -10,7 +10,7 @@ from pathlib import Path
 
 import psycopg
 
-from pglock.embedded import SERVER_USER, EmbeddedServer, _install_dir
+from pglock.db.embedded import SERVER_USER, EmbeddedServer, _install_dir
 
 # The resource pglock's holders write to: it refuses a token lower than the highest it
 # has seen for the job and seat (Kleppmann's fencing check), and logs every write, taken

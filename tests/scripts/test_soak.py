@@ -22,7 +22,7 @@ from conftest import Env
 
 pytestmark = pytest.mark.slow
 
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = Path(__file__).resolve().parents[2]
 SEED = 23
 MINUTES = 2.5
 
