@@ -209,12 +209,13 @@ def test_the_run_path_is_only_functions_and_public_cannot_call_them(env: Env) ->
         "has_function_privilege('public', p.oid, 'EXECUTE') "
         "FROM pg_proc p WHERE p.pronamespace = %s::regnamespace ORDER BY 1", (env.schema,))
     assert [r[0] for r in rows] == ["acquire", "advisory_key", "catch_up", "finish", "holds",
-                                    "note", "record_start", "release", "renew", "session_holds",
-                                    "start_run"]
+                                    "incarnation", "note", "record_start", "release", "renew",
+                                    "retake", "session_holds", "start_run"]
     for name, definer, config, public in rows:
         assert config == ["search_path=pg_catalog, pg_temp"], name
         assert not public, name
-        assert definer == (name not in ("advisory_key", "session_holds", "record_start")), name
+        assert definer == (name not in ("advisory_key", "session_holds", "record_start",
+                                        "incarnation")), name
 
 
 def test_the_advisory_key_in_sql_is_the_documented_one(env: Env) -> None:

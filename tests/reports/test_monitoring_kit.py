@@ -50,6 +50,9 @@ def every_state(env: Env) -> Iterator[None]:
     make_stale(env, "stale")
     run_ok(env, "paused", "--min-hold", "0")
     assert env.run("pause", "--job", "paused", "--reason", "kit test").returncode == 0
+    # In a maintenance window now: its windows as a run would have stored them.
+    run_ok(env, "window", "--min-hold", "0")
+    env.query("UPDATE {schema}.jobs SET windows = %s WHERE job = 'window'", (["* * * * * 1h"],))
     with contextlib.ExitStack() as stack:
         stack.enter_context(holding(env, "running"))
         stack.enter_context(holding(env, "cleared"))

@@ -83,13 +83,9 @@ def test_every_missed_slot_is_explained_by_a_fault(report: dict[str, Any]) -> No
 
 @needs_root
 @pytest.mark.timeout(900)
-@pytest.mark.xfail(strict=False, reason=(
-    "BUG: in advisory mode a retry in place loses its session lock (the heartbeat's end "
-    "closes the session that holds it, issue 22), so a slot of cron-retry-adv whose first "
-    "attempt fails loses its second as lock_lost with no fault: an unexplained miss "
-    "(docs/soak.md, defect 1). Not strict: a fault that happens to fall on every such "
-    "slot of a 2.5-minute run explains it; test_an_advisory_retry_in_place_keeps_its_lock "
-    "is the strict reproduction"))
+# Found by the soak (seeds 1, 2, 5, 23, 1124, 2311; docs/soak.md, defect 1): an advisory
+# retry in place ran without its session lock; fixed by keeping the session until the
+# run's end is recorded (issue 22).
 def test_every_missed_slot_of_the_advisory_retried_job_is_explained(
         report: dict[str, Any]) -> None:
     assert ADVISORY_RETRIED not in report["figures"]["unexplained_misses_by_job"], \
@@ -110,11 +106,5 @@ def test_a_lease_retry_in_place_keeps_its_lock(env: Env) -> None:
     assert retried(env, "lease") == [(1, "failed"), (2, "succeeded")]
 
 
-@pytest.mark.xfail(strict=True, reason=(
-    "BUG (found by the soak, seeds 1 and 2): in advisory mode the heartbeat's end closes "
-    "the session that holds the advisory lock (AdvisoryRenewer.reset, issue 22), so a "
-    "retry in place starts without it: attempt 2 is stopped at its first check as "
-    "lock_lost ('this session no longer holds the advisory lock'), exit 125, and another "
-    "host may take the lock between the attempts"))
 def test_an_advisory_retry_in_place_keeps_its_lock(env: Env) -> None:
     assert retried(env, "advisory") == [(1, "failed"), (2, "succeeded")]
