@@ -223,17 +223,16 @@ def report(name: str, samples: Sequence[float], floor: Sequence[float] | None = 
 
 
 def interleaved(name: str, argv_a: Sequence[str], argv_b: Sequence[str], env: dict[str, str],
-                runs: int, expected: int | tuple[int, int]) -> tuple[list[float], list[float]]:
-    """A B A B ...: wall times of each, exit codes checked against `expected` (one for
-    both, or one each); their CPU times are printed on a line of their own."""
+                runs: int, expected: int) -> tuple[list[float], list[float]]:
+    """A B A B ...: wall times of each, exit codes checked against `expected`; their CPU
+    times are printed on a line of their own."""
     times: tuple[list[float], list[float]] = ([], [])
     cpu: tuple[list[float], list[float]] = ([], [])
-    codes = expected if isinstance(expected, tuple) else (expected, expected)
     unexpected = Unexpected()
     for _ in range(runs):
         for i, (label, argv) in enumerate((("pglock", argv_a), ("floor", argv_b))):
             sample = timed(argv, env)
-            unexpected.check(f"{name} {label}", sample, codes[i])
+            unexpected.check(f"{name} {label}", sample, expected)
             times[i].append(sample.seconds)
             cpu[i].append(sample.cpu)
     a, b = statistics.median(cpu[0]), statistics.median(cpu[1])
@@ -404,7 +403,7 @@ def bench_run(stack: contextlib.ExitStack, conninfo: str, floor: Path, runs: int
     stop_process(holder)
 
 
-def bench_dislock(tmp: Path, conninfo: str, runs: int) -> None:
+def bench_dislock(conninfo: str, runs: int) -> None:
     """pglock against dislock (PyPI, lease strategy, same server), interleaved: the nearest
     peer that wraps a command in a PostgreSQL lease. Its venv is made once under
     .bench/ (skipped when PyPI cannot be reached)."""
@@ -1207,7 +1206,7 @@ def main() -> int:
         sections: list[tuple[str, Callable[[], None]]] = [
             ("statements", lambda: bench_statements(tmp)),
             ("run", lambda: bench_run(stack, conninfo, floor, runs)),
-            ("dislock", lambda: bench_dislock(tmp, conninfo, runs)),
+            ("dislock", lambda: bench_dislock(conninfo, runs)),
             ("notify", lambda: bench_notify(conninfo, tmp, runs)),
             ("embedded", lambda: bench_embedded(stack, tmp, conninfo, runs)),
             ("startup", lambda: bench_wall_imports(runs)),
