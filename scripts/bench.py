@@ -416,7 +416,7 @@ def bench_run(stack: contextlib.ExitStack, conninfo: str, floor: Path, runs: int
     stop_process(holder)
 
 
-def bench_dislock(tmp: Path, conninfo: str, runs: int) -> None:
+def bench_dislock(conninfo: str, runs: int) -> None:
     """pglock against dislock (PyPI, lease strategy, same server), interleaved: the nearest
     peer that wraps a command in a PostgreSQL lease. Its venv is made once under
     .bench/ (skipped when PyPI cannot be reached)."""
@@ -1353,7 +1353,7 @@ def main() -> int:
         sections: list[tuple[str, Callable[[], None]]] = [
             ("statements", lambda: bench_statements(tmp)),
             ("run", lambda: bench_run(stack, conninfo, floor, runs)),
-            ("dislock", lambda: bench_dislock(tmp, conninfo, runs)),
+            ("dislock", lambda: bench_dislock(conninfo, runs)),
             ("notify", lambda: bench_notify(conninfo, tmp, runs)),
             ("embedded", lambda: bench_embedded(stack, tmp, conninfo, runs)),
             ("package", lambda: bench_package(tmp, conninfo, runs)),

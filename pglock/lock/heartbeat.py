@@ -41,6 +41,12 @@ def start_deadline(confirmed_at: float, horizon: float) -> float:
     return confirmed_at + horizon - margin(horizon)
 
 
+def slack(horizon: float, kill_after: float) -> float:
+    """How long before the horizon the lock counts as lost: the margin, then the grace
+    the command gets to stop."""
+    return margin(horizon) + grace(horizon, kill_after)
+
+
 def check_ttl(ttl: float, kill_after: float) -> None:
     """Refuse a ttl that leaves no room for a retried renewal before the local deadline."""
     if ttl - margin(ttl) - grace(ttl, kill_after) < ttl / 3 + RETRY_INTERVAL:
@@ -106,7 +112,7 @@ class Heartbeat:
         self.last_sent = acquired_sent_at
         self.grace = grace(renewer.horizon, kill_after)
         self.margin = margin(renewer.horizon)
-        self._slack = self.margin + self.grace
+        self._slack = slack(renewer.horizon, kill_after)
         self.lost_reason: str | None = None
         # Set once an operator's `pglock stop` is seen: why, and by whom.
         self.stop_requested: str | None = None

@@ -11,7 +11,7 @@ import psycopg
 from pglock.db.database import Reconnecting
 from pglock.errors import ExitStatus, PglockError
 from pglock.lock import advisory, clock, lease
-from pglock.lock.heartbeat import RETRY_INTERVAL, LeaseRenewer, Renewer, grace, margin
+from pglock.lock.heartbeat import RETRY_INTERVAL, LeaseRenewer, Renewer, slack
 from pglock.lock.ledger import Outcome, RunResult
 from pglock.run import output
 from pglock.run.supervise import SignalGate, Supervision
@@ -61,7 +61,7 @@ def hold_through(renewer: Renewer, gate: SignalGate, kill_after: float, wait: fl
     why the wait ended early ('signal', 'stop', 'lost'; None: it did not), and the
     stopwatch time the last renewal was sent (the next attempt's heartbeat counts from it)."""
     # The same local deadline the heartbeat keeps while a command runs.
-    slack = margin(renewer.horizon) + grace(renewer.horizon, kill_after)
+    lost_before = slack(renewer.horizon, kill_after)
     end = clock.now() + wait
     next_renewal = renewed_at + renewer.interval
     gate.between = True
@@ -70,7 +70,7 @@ def hold_through(renewer: Renewer, gate: SignalGate, kill_after: float, wait: fl
             now = clock.now()
             if gate.stop_signal is not None:
                 return "signal", renewed_at
-            if now >= renewed_at + renewer.horizon - slack:
+            if now >= renewed_at + renewer.horizon - lost_before:
                 return "lost", renewed_at
             if now >= end:
                 return None, renewed_at

@@ -15,7 +15,7 @@ from pglock.errors import ExitStatus, UsageError
 from pglock.lock.heartbeat import check_ttl
 from pglock.run import output
 from pglock.run.notify import NotifyOptions
-from pglock.settings.config import check_job, check_text, normalized_job
+from pglock.settings.config import check_job, check_text, configured_schema, normalized_job
 from pglock.settings.durations import (
     CATCH_UP_LIMIT,
     DURATIONS,
@@ -254,10 +254,8 @@ def _arg_max() -> int:
 
 def run_options(v: Mapping[str, Any]) -> RunOptions:
     """run's parameters checked and converted, as RunOptions (UsageError: the bad one)."""
-    from pglock.settings import config
-
     return RunOptions(
-        job=v["job"], command=v["command"] or [], schema=config.configured_schema(v["schema"]),
+        job=v["job"], command=v["command"] or [], schema=configured_schema(v["schema"]),
         mode=v["mode"],
         ttl=parse_duration(v["ttl"], option="--ttl"),
         wait=parse_duration(v["wait"], option="--wait"),
