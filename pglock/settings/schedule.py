@@ -117,6 +117,10 @@ def parse_window(text: str, zone: str | None = None, *, zone_source: str = "--tz
     if len(parts) < 2:
         raise UsageError(f"--window: {text!r} is not 'CRON DURATION' {example}")
     expr, duration = " ".join(parts[:-1]), parts[-1]
+    if not any(c.isalpha() for c in duration):
+        # '0 2 * * 6' would read as '0 2 * *' for 6 seconds: a window's length takes a unit.
+        raise UsageError(f"--window: {text!r} lacks a length with its unit after the "
+                         f"expression {example}")
     try:
         length = parse_duration(duration, option="--window")
     except UsageError:
@@ -132,18 +136,34 @@ def parse_window(text: str, zone: str | None = None, *, zone_source: str = "--tz
 
 def window_end(windows: tuple[Window, ...], at: datetime) -> datetime | None:
     """When the windows `at` falls in end (windows that overlap or follow on without a
-    gap count as one); None: `at` is in none."""
+    gap count as one, up to MISSED_LIMIT fire times in all); None: `at` is in none."""
     end: datetime | None = None
     moment = _utc(at)
+    budget = [MISSED_LIMIT]
+    while budget[0] > 0:
+        until = _open_until(windows, moment, budget)
+        if until is None:
+            break
+        # Another window may begin at (or before) this end: the way out is after it too.
+        end = moment = until
+    return end
+
+
+def _open_until(windows: tuple[Window, ...], moment: datetime,
+                budget: list[int]) -> datetime | None:
+    """The latest end of the windows open at `moment`, each followed through its own
+    fire times that begin before it ends (each one read spends `budget`); None: none is
+    open."""
+    end: datetime | None = None
     for window in windows:
         length = timedelta(seconds=window.length)
         start = slot(window.schedule, moment)
         until = _utc(start) + length
         if until <= moment:
             continue
-        # A window longer than its interval runs into the next: one window to its last end.
         following = _fire_times(window.schedule, start)
-        for _ in range(MISSED_LIMIT):
+        while budget[0] > 0:
+            budget[0] -= 1
             after = _utc(next(following))
             if after > until:
                 break

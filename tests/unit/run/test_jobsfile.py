@@ -76,6 +76,19 @@ BAD = [
                  "Europe/Berlin, America/New_York)", id="bad-zone"),
     pytest.param('[jobs.x]\ncommand = ["true"]\ntz = "UTC"\n',
                  "[jobs.x] tz: needs schedule in the same table", id="tz-without-schedule"),
+    pytest.param('[jobs.x]\ncommand = ["true"]\ncatch-up = "latest"\n',
+                 "[jobs.x] catch-up: needs schedule in the same table",
+                 id="catch-up-without-schedule"),
+    pytest.param('[jobs.x]\ncommand = ["true"]\nwindow = "0 2 * * 6 4h"\n',
+                 "[jobs.x] window: needs schedule in the same table",
+                 id="window-without-schedule"),
+    pytest.param('[jobs.x]\ncommand = ["true"]\nschedule = "@daily"\ncatch-up = "some"\n',
+                 "[jobs.x] catch-up: 'some' is not one of none, latest, all",
+                 id="bad-catch-up"),
+    pytest.param('[jobs.x]\ncommand = ["true"]\nschedule = "@daily"\nwindow = ["0 2 * * 6"]\n',
+                 "[jobs.x] window: '0 2 * * 6' lacks a length with its unit after "
+                 "the expression (for example '0 2 * * 6 4h': Saturdays from 02:00 for 4 "
+                 "hours)", id="window-without-length"),
     pytest.param('[jobs.x]\ncommand = ["true"]\nlimit = 0\n',
                  "[jobs.x] limit: 0 is out of range (1 to 1000)", id="limit-0"),
     pytest.param('[jobs.x]\ncommand = ["true"]\nlimit = 2\nschedule = "@daily"\n',
@@ -384,3 +397,26 @@ def test_any_table_is_checked_or_refused_in_one_line(table: dict[str, Any], name
     assert job.command and not any("\x00" in argument for argument in job.command)
     for value in job.values.values():
         assert not (isinstance(value, str) and "\x00" in value)
+
+
+def test_every_table_key_is_documented() -> None:
+    text = (Path(__file__).parents[3] / "docs" / "jobs-file.md").read_text()
+    row = next(line for line in text.splitlines()
+               if line.startswith("| every option of `pglock run`"))
+    missing = [key for key in jobsfile.table_keys() if key != "command" and f"`{key}`" not in row]
+    assert missing == []
+    needs = next(line for line in text.splitlines() if "need `schedule` in the same table" in line)
+    undocumented = [key for key in jobsfile.SCHEDULE_ONLY
+                    if f"`{key.replace('_', '-')}`" not in needs]
+    assert undocumented == []
+
+
+def test_catch_up_and_windows_in_a_table(tmp_path: Path) -> None:
+    table = {"command": ["true"], "schedule": "0 * * * *", "catch-up": "all",
+             "catch-up-limit": 3, "window": ["0 2 * * 6 4h", "0 0 25 12 * 1d"]}
+    job = jobsfile.checked(tmp_path / "config.toml", "hourly", table)
+    assert (job.values["catch_up"], job.values["catch_up_limit"]) == ("all", 3)
+    assert tuple(job.values["window"]) == ("0 2 * * 6 4h", "0 0 25 12 * 1d")
+    one = jobsfile.checked(tmp_path / "config.toml", "hourly",
+                           {**table, "window": "0 2 * * 6 4h"})
+    assert tuple(one.values["window"]) == ("0 2 * * 6 4h",)

@@ -358,3 +358,76 @@ def test_a_schedule_is_refused_in_one_line_or_gives_one_slot(expr: str) -> None:
     assert schedule.slot_info(first, moment) == schedule.slot_info(again, moment)
     assert first.expr == schedule.normal(expr)
     assert not first.expr.startswith("@") or first.expr in schedule.KEYWORDS
+
+
+# ---------------------------------------------------------------- windows and catch-up
+
+
+@pytest.mark.parametrize(("text", "words"), [
+    ("4h", "is not 'CRON DURATION'"),
+    ("0 2 * * 6", "lacks a length with its unit"),
+    ("0 2 * * 6 four", "is not a duration"),
+    ("0 2 * * 6 400d", "out of range"),
+    ("0 25 * * * 1h", "--window"),
+    ("R 2 * * * 1h", "--window"),
+])
+def test_bad_windows_are_usage_errors(text: str, words: str) -> None:
+    with pytest.raises(UsageError, match=words) as caught:
+        schedule.parse_window(text, "UTC")
+    assert "--schedule" not in str(caught.value)
+
+
+def test_a_window_is_an_expression_and_an_elapsed_length() -> None:
+    window = schedule.parse_window("0  2 * * 6   4h", "UTC")
+    assert (window.text, window.length) == ("0 2 * * 6 4h", 4 * 3600)
+
+
+@pytest.mark.parametrize(("moment", "end"), [
+    ((2024, 5, 4, 1, 59, 59), None),                 # Saturday, before 02:00
+    ((2024, 5, 4, 2, 0), (2024, 5, 4, 6, 0)),        # its first instant is inside
+    ((2024, 5, 4, 5, 59, 59), (2024, 5, 4, 6, 0)),
+    ((2024, 5, 4, 6, 0), None),                      # its end is outside
+    ((2024, 5, 5, 3, 0), None),                      # Sunday
+])
+def test_window_end_on_a_weekly_window(moment: tuple[int, ...],
+                                       end: tuple[int, ...] | None) -> None:
+    saturdays = schedule.parse_window("0 2 * * 6 4h", "UTC")
+    found = schedule.window_end((saturdays,), at(*moment))
+    assert found == (None if end is None else at(*end))
+
+
+def test_windows_that_overlap_or_follow_on_count_as_one() -> None:
+    # Every hour for 90 minutes: each runs into the next, so there is no way out.
+    hourly = schedule.parse_window("0 * * * * 90m", "UTC")
+    end = schedule.window_end((hourly,), at(2024, 5, 4, 2, 10))
+    assert end is not None and end > at(2024, 5, 4, 3, 30)
+    # Two windows back to back (02:00-04:00 and 04:00-05:00) end at the later one's end.
+    first = schedule.parse_window("0 2 * * * 2h", "UTC")
+    second = schedule.parse_window("0 4 * * * 1h", "UTC")
+    assert schedule.window_end((first, second), at(2024, 5, 4, 3, 0)) == at(2024, 5, 4, 5, 0)
+
+
+def test_a_window_is_elapsed_time_across_daylight_saving() -> None:
+    # 01:00 Berlin on the night clocks go forward (2024-03-31): 3 hours of elapsed time
+    # end at 05:00 on the wall clock, not 04:00.
+    night = schedule.parse_window("0 1 * * * 3h", "Europe/Berlin")
+    end = schedule.window_end((night,), at(2024, 3, 31, 1, 30, tz=BERLIN))
+    assert end is not None
+    assert end.astimezone(BERLIN).hour == 5
+
+
+def test_backlog_is_the_slots_before_the_current_oldest_first() -> None:
+    hourly = schedule.parse("0 * * * *", "UTC")
+    current = at(2024, 5, 4, 10, 0)
+    assert schedule.backlog(hourly, current, 3) == [at(2024, 5, 4, h, 0) for h in (7, 8, 9)]
+    assert schedule.backlog(hourly, current, 0) == []
+
+
+def test_backlog_skips_slots_in_a_window_and_stops_at_the_deadline() -> None:
+    hourly = schedule.parse("0 * * * *", "UTC")
+    current = at(2024, 5, 4, 10, 0)
+    night = schedule.parse_window("0 8 * * * 90m", "UTC")  # 08:00 and 09:00 are inside
+    assert schedule.backlog(hourly, current, 2, (night,)) == [at(2024, 5, 4, 6, 0),
+                                                              at(2024, 5, 4, 7, 0)]
+    assert schedule.backlog(hourly, current, 5,
+                            not_before=at(2024, 5, 4, 8, 30)) == [at(2024, 5, 4, 9, 0)]
