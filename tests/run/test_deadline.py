@@ -101,3 +101,15 @@ def test_a_stuck_event_log_holds_up_nothing(env: Env) -> None:
     assert "takes no events" in one_line(done.stderr)
     assert len(intervals(marks)) == 1
     assert [r["outcome"] for r in env.runs("j")] == ["succeeded"]
+
+
+def test_a_command_inside_its_start_deadline_is_forked(tmp_path: Path) -> None:
+    """The other side of the check before the fork (tests/unit/run/test_late_start.py
+    refuses; a unit test forks nothing): with its deadline still ahead, the command runs."""
+    from pglock.lock import clock
+    from pglock.run.child import Child
+
+    mark = tmp_path / "ran"
+    child = Child.spawn(["touch", str(mark)], dict(os.environ), start_by=clock.now() + 0.5)
+    assert child.process.wait(timeout=30) == 0
+    assert mark.exists()
