@@ -14,10 +14,11 @@ An overlap is a defect unless a fault outside pglock's promise explains it:
   started. docs/lease.md, "What it does not promise": nothing local can act while
   paused; only a fencing token protects the resource (and the guard below refused the
   stale writes).
-- `advisory-window`: in advisory mode, a connection of the holder broke (its backend
-  terminated, the server restarted) and another advisory host took the lock before the
-  holder's next check; docs/advisory.md bounds it by one check interval plus the time
-  to stop the command.
+- `advisory-window`: in advisory mode, the holder's backend was terminated on a healthy
+  server (`pg_terminate_backend`, an operator's act) and another advisory host took the
+  freed lock before the holder's next check; docs/advisory.md bounds it by one check
+  interval plus the time to stop the command. A server restart or crash no longer opens
+  it (the row's incarnation, issue 22): an overlap across one is a defect.
 """
 
 from __future__ import annotations
@@ -32,7 +33,9 @@ from .history import NS, Fault, JobSpec, Mark, Run, Write
 # ttl/4); one more second for a loaded machine's scheduling.
 ADVISORY_CHECK = 1.5
 SCHEDULING_SLACK = 1.0
-BREAKS_ADVISORY = frozenset({"terminate", "restart-fast", "restart-immediate"})
+# Only a terminated backend on a server that stays up: after a restart the row waits
+# for its expiry or its holder (docs/advisory.md, "Restarts and failovers").
+BREAKS_ADVISORY = frozenset({"terminate"})
 
 
 @dataclass(frozen=True)

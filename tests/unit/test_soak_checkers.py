@@ -201,18 +201,28 @@ def test_the_report_fails_on_each_kind_of_defect() -> None:
     assert not report.passed and report.figures["unexplained_misses"] == 1
 
 
-def test_a_break_before_the_command_started_still_opens_the_advisory_window() -> None:
+def test_a_restart_no_longer_excuses_an_advisory_overlap() -> None:
     # The lock was taken at 0, the server restarted from 0.2 to 0.8, the command (slow to
-    # start) entered at 2, another host took the free lock at 2.5 (seed 3 of the soak).
+    # start) entered at 2, another host took the lock at 2.5 (seed 3 of the soak, before
+    # issue 22): the row's incarnation now makes the other host wait, so it is a defect.
     marks = command("v", "h1", 10, 1, 2, 3.5, done=False) + command("v", "h2", 20, 2, 2.5, 4)
     restart = [fault("restart-immediate", None, 0.2, 0.8)]
     taken = [Run(1, "v", None, 1, None, "h1", 1, "lock_lost", SLOT, SLOT + 3.5)]
     found = overlap.overlaps(overlap.intervals(marks), {"v": JobSpec("v", mode="advisory")},
                              restart, taken)
+    assert [o.verdict for o in found] == ["defect"]
+
+
+def test_a_termination_before_the_command_started_still_opens_the_advisory_window() -> None:
+    marks = command("v", "h1", 10, 1, 2, 3.5, done=False) + command("v", "h2", 20, 2, 2.5, 4)
+    terminated = [fault("terminate", "h1", 0.2, 0.2)]
+    taken = [Run(1, "v", None, 1, None, "h1", 1, "lock_lost", SLOT, SLOT + 3.5)]
+    found = overlap.overlaps(overlap.intervals(marks), {"v": JobSpec("v", mode="advisory")},
+                             terminated, taken)
     assert [o.verdict for o in found] == ["advisory-window"]
     # Without the record of when the lock was taken, the break predates the command.
-    assert [o.verdict for o in held_by_two([JobSpec("v", mode="advisory")], marks, restart)
-            ] == ["defect"]
+    assert [o.verdict for o in held_by_two([JobSpec("v", mode="advisory")], marks,
+                                           terminated)] == ["defect"]
 
 
 def test_takeover_counts_from_the_fault_to_the_next_token_of_a_struck_job() -> None:
