@@ -183,3 +183,21 @@ def test_a_users_file_is_read_and_checked(tmp_path: Path) -> None:
     bad.write_text("alice:plaintext\n")
     with pytest.raises(UsageError, match="line 1 is not NAME:scrypt"):
         read_users(bad)
+
+
+def test_replay_of_a_dead_slot_is_done_audited_and_made_by_the_next_run(
+        env: Env, alice: Auth) -> None:
+    run = ("run", "--job", "nightly", "--schedule", "0 3 * * *", "--tz", "UTC",
+           "--deadline", "1d", "--min-hold", "0", "--")
+    assert env.run(*run, "false").returncode == 1  # its one attempt failed: the slot is dead
+    web = client(env, alice, actions=True)
+    csrf = token(web, "nightly", basic())
+    status, said = post(web, basic(), action="replay", job="nightly", reason="disk fixed",
+                        csrf=csrf)
+    assert status == 200 and said.startswith("replaying slot ") and said.endswith(
+        "of nightly: attempts 2 to 2, made by the next run on any host"), said
+    assert audit(env, "nightly")[-1] == ("replay", WEB_USER, "disk fixed")
+    assert env.run(*run, "true").returncode == 0
+    outcomes = env.query("SELECT attempt, outcome FROM {schema}.runs WHERE job = 'nightly' "
+                         "ORDER BY id")
+    assert [tuple(row) for row in outcomes] == [(1, "failed"), (2, "succeeded")]
