@@ -17,6 +17,7 @@ from pglock.lock import heartbeat
 from pglock.lock.ledger import Outcome
 from pglock.reports.jobs import FINISHED, State
 from pglock.run.flags import DEFAULTS
+from pglock.serve.pool import KEEP
 from pglock.settings import durations
 from pglock.settings.durations import Bounds, format_bound, parse_duration
 
@@ -38,14 +39,18 @@ COUNTS: dict[str, Bounds] = {
 def seconds(value: float) -> str:
     """A figure of the ttl table: tenths below 10 s, whole seconds to 1000, then minutes."""
     if value >= 1000:
-        return f"{value / 60:.0f} min"
+        return _minutes(value) + " min"
     return f"{value:.1f}".removesuffix(".0") + " s" if value < 10 else f"{value:.0f} s"
+
+
+def _minutes(value: float) -> str:
+    return f"{value / 60:.1f}".removesuffix(".0")
 
 
 def span(low: float, high: float) -> str:
     """low-high in one unit (minutes when high reaches 1000 s)."""
     if high >= 1000:
-        return f"{low / 60:.0f}-{high / 60:.0f} min"
+        return f"{_minutes(low)}-{_minutes(high)} min"
     return f"{seconds(low)[:-2]}-{seconds(high)}"
 
 
@@ -76,6 +81,12 @@ def outage_table() -> str:
     return "\n".join(lines)
 
 
+def ridden(ttl: float) -> float:
+    """The longest outage a running lease-mode job rides out for sure: it must end, and a
+    renewal retry (every RETRY_INTERVAL) land, before the earliest SIGTERM."""
+    return ttl - heartbeat.slack(ttl, KILL_AFTER) - ttl / 3 - heartbeat.RETRY_INTERVAL
+
+
 def ridden_table() -> str:
     """What each ttl rides out, and what it costs."""
     lines = ["| `--ttl` | an outage or failover shorter than this stops no running command "
@@ -84,10 +95,7 @@ def ridden_table() -> str:
              "within |", "|---|---|---|---|---|"]
     for ttl in TTLS:
         every = ttl / 3
-        # The outage must end, and a renewal retry (every RETRY_INTERVAL) land, before the
-        # earliest SIGTERM.
-        ridden = ttl - heartbeat.slack(ttl, KILL_AFTER) - every - heartbeat.RETRY_INTERVAL
-        lines.append(f"| {_ttl_label(ttl)} | {seconds(ridden)} | {seconds(ttl)} | "
+        lines.append(f"| {_ttl_label(ttl)} | {seconds(ridden(ttl))} | {seconds(ttl)} | "
                      f"{seconds(ttl - every)} | {seconds(every)} |")
     return "\n".join(lines)
 
@@ -118,6 +126,11 @@ FIGURES: dict[str, Callable[[str], str]] = {
     "ttl-outage": lambda _: "\n" + outage_table() + "\n",
     "ttl-ridden": lambda _: "\n" + ridden_table() + "\n",
     "range": range_text,
+    # Figures of one ttl (its argument, in seconds).
+    "ridden": lambda ttl: seconds(ridden(float(ttl))),
+    "sigterm": lambda ttl: seconds(float(ttl) - heartbeat.slack(float(ttl), KILL_AFTER)),
+    "sigkill": lambda ttl: seconds(float(ttl) - heartbeat.margin(float(ttl))),
+    "serve-keep": lambda _: str(KEEP),
     "kill-after": lambda _: format_bound(KILL_AFTER),
     "connect-timeout": lambda _: format_bound(CONNECT_TIMEOUT),
 }
