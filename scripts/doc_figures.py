@@ -21,7 +21,10 @@ from pglock.serve.pool import KEEP
 from pglock.settings import durations
 from pglock.settings.durations import Bounds, format_bound, parse_duration
 
-MARKER = re.compile(r"<!-- gen:(?P<name>[^>]+?) -->(?P<body>.*?)<!-- /gen -->", re.DOTALL)
+# A name is lower case (an argument after a colon may be anything): `gen:NAME` in prose
+# that shows the syntax is no marker.
+MARKER = re.compile(r"<!-- gen:(?P<name>[a-z][a-z-]*(?::[^>]+?)?) -->(?P<body>.*?)<!-- /gen -->",
+                    re.DOTALL)
 
 # The ttls the table shows: the minimum, the default, and what fleets use for long jobs.
 TTLS = (5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 900.0, 3600.0)
