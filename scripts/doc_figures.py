@@ -10,7 +10,7 @@ between the markers.
 from __future__ import annotations
 
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 
 from pglock.db.schema import VERSION
 from pglock.lock import heartbeat
@@ -112,13 +112,11 @@ def range_text(option: str) -> str:
         return f"0 to {durations.OUTPUT_TAIL.high / 1024**2:g}MiB"
     if option == "--expect-duration":
         return f"each end {durations.EXPECTED.text()}"
-    if option == "embedded_linger":
-        return durations.EMBEDDED_LINGER.text()
     return durations.DURATIONS[option.split()[-1]].text()
 
 
-def _codes(values: object) -> str:
-    return ", ".join(f"`{value}`" for value in values)  # type: ignore[attr-defined]
+def _codes(values: Iterable[str]) -> str:
+    return ", ".join(f"`{value}`" for value in values)
 
 
 FIGURES: dict[str, Callable[[str], str]] = {
