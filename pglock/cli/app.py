@@ -69,6 +69,11 @@ JobFilter = Annotated[str | None, typer.Option(
     "--job", "-j", metavar="NAME", help="Only this job.", show_default=False,
     autocompletion=_complete_job, callback=normalized_job)]
 Json = Annotated[bool, typer.Option("--json", help="Print JSON (shapes in docs/operators.md).")]
+# check's and jobs' JSON are described with the rest of those commands.
+CheckJson = Annotated[bool, typer.Option(
+    "--json", help="Print JSON (shapes in docs/monitoring.md).")]
+JobsJson = Annotated[bool, typer.Option(
+    "--json", help="Print JSON (shapes in docs/jobs-file.md).")]
 Verbose = Annotated[bool, typer.Option(
     "--verbose", "-v", envvar="PGLOCK_VERBOSE", help="Say more; show tracebacks.")]
 Quiet = Annotated[bool, typer.Option(
@@ -251,7 +256,9 @@ def init(
     print_grants: Annotated[bool, typer.Option(
         "--print-grants", help="Print the SQL that creates the group roles pglock_runner, "
         "pglock_reader and pglock_operator and grants them what they need on the schema "
-        "(docs/security.md); run it as the schema's owner, again after an upgrade.")] = False,
+        "(docs/security.md); run it as the schema's owner with CREATEROLE (or a superuser), "
+        "again after an upgrade. The roles are cluster-wide: every database of the cluster "
+        "shares them.")] = False,
     runner_role: Annotated[list[str] | None, typer.Option(
         "--runner-role", metavar="NAME",
         help="With --print-grants: make login role NAME a pglock_runner (repeatable).")] = None,

@@ -9,7 +9,16 @@ from typing import TYPE_CHECKING, Annotated
 
 import typer
 
-from pglock.cli.app import ConnectTimeout, Dsn, Json, Quiet, Schema, Verbose, _configure_output, app
+from pglock.cli.app import (
+    ConnectTimeout,
+    Dsn,
+    JobsJson,
+    Quiet,
+    Schema,
+    Verbose,
+    _configure_output,
+    app,
+)
 from pglock.errors import UsageError
 from pglock.settings.config import shown
 
@@ -51,7 +60,7 @@ def crontab(
 
 @app.command()
 def jobs(
-    as_json: Json = False,
+    as_json: JobsJson = False,
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: ConnectTimeout = "10s",

@@ -8,10 +8,10 @@ from typing import TYPE_CHECKING, Annotated, Any
 import typer
 
 from pglock.cli.app import (
+    CheckJson,
     ConnectTimeout,
     Dsn,
     JobFilter,
-    Json,
     Quiet,
     Schema,
     Verbose,
@@ -69,7 +69,7 @@ def check(
     skipped_warning: Annotated[int, _threshold(
         "skipped-warning", "WARNING at this many slots in a row skipped while a run of an "
         "earlier slot was still going")] = 1,
-    json_output: Json = False,
+    json_output: CheckJson = False,
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: ConnectTimeout = "10s",
@@ -122,10 +122,13 @@ def metrics(
     A database it cannot reach, or a schema it cannot read, prints nothing on stdout and
     exits 125: the `&& mv` below then leaves the last file in place (alert on its age).
 
-    For node_exporter's textfile collector, write to a temporary file and rename it.
+    For node_exporter's textfile collector, write to a temporary file in its
+    --collector.textfile.directory (Debian's: /var/lib/prometheus/node-exporter) and
+    rename it (docs/monitoring.md).
 
-    Example: pglock metrics > /var/lib/node_exporter/pglock.prom.tmp &&
-    mv /var/lib/node_exporter/pglock.prom.tmp /var/lib/node_exporter/pglock.prom
+    Example: pglock metrics > /var/lib/prometheus/node-exporter/pglock.prom.tmp &&
+    mv /var/lib/prometheus/node-exporter/pglock.prom.tmp
+    /var/lib/prometheus/node-exporter/pglock.prom
     """
     _configure_output(verbose, quiet)
     from pglock.cli.render import write

@@ -99,14 +99,30 @@ def _server_user() -> pwd.struct_passwd:
         return pwd.getpwnam(SERVER_USER)
     except KeyError:
         pass
-    cmd = ["useradd", "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER]
+    # Cron's PATH (/usr/bin:/bin) has no sbin directory, where useradd lives: say so
+    # rather than a bare "cannot create", which reads like a permission problem.
+    useradd = shutil.which("useradd")
+    if useradd is None:
+        raise EmbeddedError(
+            f"cannot create the system user {SERVER_USER!r} the embedded PostgreSQL runs as: "
+            "useradd is not on PATH (cron's is /usr/bin:/bin); create the user once "
+            f"(useradd --system --no-create-home --shell /usr/sbin/nologin {SERVER_USER}), "
+            "or set PATH=/usr/sbin:/usr/bin:/sbin:/bin in the crontab, or configure a "
+            "database (PGLOCK_DSN, or dsn in the config file)")
+    cmd = [useradd, "--system", "--no-create-home", "--shell", "/usr/sbin/nologin", SERVER_USER]
     try:
-        subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                       stderr=subprocess.DEVNULL, check=False)
-        # Re-read rather than trust the exit code: a concurrent pglock may have created it.
+        done = subprocess.run(cmd, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                              stderr=subprocess.PIPE, check=False)
+    except OSError as exc:
+        raise EmbeddedError(f"cannot create the system user {SERVER_USER!r}: "
+                            f"{useradd}: {exc.strerror}") from None
+    # Re-read rather than trust the exit code: a concurrent pglock may have created it.
+    try:
         return pwd.getpwnam(SERVER_USER)
-    except (OSError, KeyError):
-        raise EmbeddedError(f"cannot create the system user {SERVER_USER!r}") from None
+    except KeyError:
+        said = done.stderr.decode(errors="replace").strip().splitlines()
+        raise EmbeddedError(f"cannot create the system user {SERVER_USER!r}: {useradd} exited "
+                            f"{done.returncode}" + (f": {said[-1]}" if said else "")) from None
 
 
 def _add_mode(path: Path, bits: int) -> None:

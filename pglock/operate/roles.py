@@ -82,10 +82,12 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA {{schema}} TO {OPERATOR};
 def grants(schema: str, members: dict[str, list[str]] | None = None) -> sql.Composed:
     """The SQL that creates the three group roles (NOLOGIN, once per cluster), grants them
     what they need on `schema`, and makes each of `members` (group -> login roles) a
-    member. Run by the schema's owner; again after an upgrade of the schema."""
+    member. Run by the schema's owner with CREATEROLE, or a superuser; again after an
+    upgrade of the schema."""
     header = sql.SQL(
-        "-- pglock's roles for schema {}: run by the schema's owner (or a superuser),\n"
-        "-- again after each upgrade of the schema (docs/security.md).\n"
+        "-- pglock's roles for schema {}: run by the schema's owner with CREATEROLE (or a\n"
+        "-- superuser), again after each upgrade of the schema. The three roles are the\n"
+        "-- cluster's, shared by every database in it (docs/security.md).\n"
     ).format(sql.Literal(schema))
     parts: list[sql.Composable] = [header]
     parts += [sql.SQL(_CREATE).format(role=sql.Identifier(role))

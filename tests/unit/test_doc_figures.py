@@ -1,0 +1,39 @@
+"""scripts/doc_figures.py: the figures gen-docs writes into the docs, and its markers."""
+
+from __future__ import annotations
+
+import importlib.util
+from pathlib import Path
+from types import ModuleType
+
+import pytest
+
+
+def _load() -> ModuleType:
+    path = Path(__file__).resolve().parents[2] / "scripts" / "doc_figures.py"
+    spec = importlib.util.spec_from_file_location("doc_figures", path)
+    assert spec is not None and spec.loader is not None
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+figures = _load()
+
+
+def test_the_default_ttl_row_is_lease_mds_example() -> None:
+    # ttl 60 s, kill-after 10 s: margin 6 s, grace 10 s, renewals every 20 s; the outage
+    # begins 0-20 s after the last renewal.
+    row = next(line for line in figures.outage_table().splitlines() if "(default)" in line)
+    assert row == "| 1m (default) | 20 s | 24-44 s | 34-54 s | 65 s | 40-60 s |"
+
+
+def test_a_stale_figure_is_rewritten_and_the_rest_kept() -> None:
+    text = "a <!-- gen:range:--ttl -->1s to 2s<!-- /gen --> b <!-- gen:NAME -->x<!-- /gen -->"
+    assert figures.fill(text, "t") == (
+        "a <!-- gen:range:--ttl -->5s to 7d<!-- /gen --> b <!-- gen:NAME -->x<!-- /gen -->")
+
+
+def test_an_unknown_figure_is_refused() -> None:
+    with pytest.raises(SystemExit, match="unknown figure 'nothing'"):
+        figures.fill("<!-- gen:nothing -->1<!-- /gen -->", "t")
