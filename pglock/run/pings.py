@@ -59,8 +59,9 @@ class Pinger:
               deadline: float | None = None) -> None:
         if deadline is None:
             deadline = clock.now() + PING_BUDGET
-        target = address(self.url, suffix, self.rid)
+        target = self.url
         try:
+            target = address(self.url, suffix, self.rid)
             ok, detail, attempts = post(target, body, deadline)
         except Exception as error:  # a thread of its own: no traceback, the run goes on
             ok, detail, attempts = False, f"failed: {type(error).__name__}", 0
@@ -125,13 +126,12 @@ def shown(url: str) -> str:
 
 
 def hidden(text: str, *urls: str) -> str:
-    """`text` with any of the URLs, or their path or query, replaced by HIDDEN."""
-    from urllib.parse import urlsplit
-
+    """`text` with any of the URLs, or what follows their host (path and query), replaced
+    by HIDDEN; read without urlsplit, which a URL that is not one would make raise."""
     for url in urls:
-        parts = urlsplit(url)
-        for secret in (url, parts.path + ("?" + parts.query if parts.query else ""),
-                       parts.path, parts.query):
+        rest = url.partition("://")[2] or url
+        starts = [i for i in (rest.find("/"), rest.find("?")) if i >= 0]
+        for secret in (url, rest[min(starts):] if starts else ""):
             if len(secret) > 1:
                 text = text.replace(secret, HIDDEN)
     return text
