@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import pytest
 from conftest import Env, one_line
+from hypothesis import given
+from hypothesis import strategies as st
+from unit import strategies
 
 
 def test_a_logname_not_utf8_is_written_escaped(env: Env) -> None:
@@ -45,3 +48,29 @@ def test_a_moment_out_of_range_is_a_usage_error(env: Env, args: list[str], zone:
     assert (called.returncode, called.stdout) == (2, "")
     assert one_line(called.stderr) == f"pglock: {message}"
     assert env.query("SELECT to_regclass(%s)", [f"{env.schema}.audit"]) == [(None,)]
+
+
+# The server's side of the generated values: a moment or duration the parse lets through
+# must be one the database takes (exit 0, or 1 for a slot that is not there), never 125 or
+# "internal error". Values that need no server are covered in tests/unit/cli.
+# The ends first: few examples reach the server, so they go where the failures were.
+AT_THE_SERVER = {"--until": st.one_of(strategies.edge_moments, strategies.edge_durations),
+                 "--slot": strategies.edge_moments,
+                 "--reason": strategies.hostile_text}
+
+
+@pytest.mark.slow
+@strategies.PROCESS
+@given(st.sampled_from(sorted(AT_THE_SERVER)).flatmap(
+    lambda option: st.tuples(st.just(option), AT_THE_SERVER[option])))
+def test_any_value_the_parse_takes_the_database_takes(env: Env,
+                                                      given_value: tuple[str, str]) -> None:
+    option, value = given_value
+    before, _, _ = strategies.OPTION_VALUES[option]
+    if "\0" in value:
+        return  # no process can be given a NUL (the unit layer covers it)
+    called = env.run(*before, f"{option}={value}")
+    assert called.returncode in (0, 1, 2), called
+    assert "internal error" not in called.stderr and "Traceback" not in called.stderr
+    if called.returncode:
+        one_line(called.stderr)
