@@ -68,8 +68,8 @@ class Pinger:
         # The detail reaches -v, the events and the history row: never the URL's text.
         detail = escaped(hidden(detail, self.url, target))
         self.told.append(Told(f"ping {suffix or '/'}", ok, detail))
-        emit("ping", warning=not ok, ping=suffix or "/", ok=ok, detail=detail,
-                      attempts=attempts)
+        emit("ping", warning=not ok, ping=suffix or "/", url=shown(self.url), ok=ok,
+             detail=detail, attempts=attempts)
 
 
 def _final_suffix(result: RunResult) -> str:
@@ -120,8 +120,11 @@ def shown(url: str) -> str:
     """The ping URL as pglock may show it: scheme://host, the rest (the secret) left out."""
     from urllib.parse import urlsplit
 
-    parts = urlsplit(url)
-    host = parts.hostname or ""
+    try:
+        parts = urlsplit(url)
+        host = parts.hostname or ""
+    except ValueError:
+        return HIDDEN
     return f"{parts.scheme}://{f'[{host}]' if ':' in host else host}"
 
 
