@@ -69,6 +69,8 @@ DURATIONS: dict[str, Bounds] = {
 MOMENTS: dict[str, Bounds] = {
     "--until": Bounds(366 * DAY, 366 * DAY),
     "--slot": Bounds(36500 * DAY, DAY),
+    # The end of the dashboard's timeline (pglock serve, /timeline?end=).
+    "end": Bounds(36500 * DAY, 366 * DAY),
 }
 # Either end of --expect-duration MIN..MAX (a range, so not in DURATIONS, whose options
 # each take one duration).
