@@ -147,11 +147,14 @@ def check_moment(moment: datetime, option: str, text: str) -> datetime:
         aware = moment if moment.tzinfo else moment.astimezone()
         ahead = (aware - datetime.now(UTC)).total_seconds()
     except (OverflowError, OSError, ValueError):
-        ahead = math.inf
-    if not -bounds.low <= ahead <= bounds.high:
-        raise UsageError(f"{option}: {text.strip()} is out of range (from "
-                         f"{format_bound(bounds.low)} ago to {format_bound(bounds.high)} "
-                         "ahead)")
+        # The local zone's offset carried it past year 1 or year 9999.
+        ahead = -math.inf if moment.year < 5000 else math.inf
+    if ahead < -bounds.low:
+        raise UsageError(f"{option}: {text.strip()} is more than {format_bound(bounds.low)} "
+                         "in the past")
+    if ahead > bounds.high:
+        raise UsageError(f"{option}: {text.strip()} is more than {format_bound(bounds.high)} "
+                         "ahead")
     return aware
 
 

@@ -36,11 +36,11 @@ def test_a_reason_cannot_forge_plugin_lines_or_perfdata_in_check(env: Env) -> No
     (["pause", "--job", "j", "--until", "1000000000d"], "UTC",
      "--until: 1000000000d is out of range (more than 0 to 366d)"),
     (["pause", "--job", "j", "--until", "9999-12-31T23:59"], "America/Los_Angeles",
-     "--until: 9999-12-31T23:59 is out of range (from 366d ago to 366d ahead)"),
+     "--until: 9999-12-31T23:59 is more than 366d ahead"),
     (["replay", "--job", "j", "--slot", "0001-01-01T00:00"], "Asia/Tokyo",
-     "--slot: 0001-01-01T00:00 is out of range (from 36500d ago to 1d ahead)"),
+     "--slot: 0001-01-01T00:00 is more than 36500d in the past"),
     (["replay", "--job", "j", "--slot", "9999-12-31T23:59"], "America/Los_Angeles",
-     "--slot: 9999-12-31T23:59 is out of range (from 36500d ago to 1d ahead)"),
+     "--slot: 9999-12-31T23:59 is more than 1d ahead"),
 ])
 def test_a_moment_out_of_range_is_a_usage_error(env: Env, args: list[str], zone: str,
                                                 message: str) -> None:
