@@ -1,5 +1,7 @@
 """Generated input for the property tests, kept in one place (issue 21): hostile strings,
-every TOML value type for every jobs-file key, commands' argv, cron expressions.
+every TOML value type for every jobs-file key, commands' argv, cron expressions, and the
+values of the options that take a URL, a moment, a duration or an operator's text
+(OPTION_VALUES: a row per option, with where it is given and the exit codes it documents).
 
 A new option of `run` is covered by the jobs-file strategies without an edit here: the keys
 come from `jobsfile.table_keys()`. The settings every property test uses are `PURE` (the
