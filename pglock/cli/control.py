@@ -22,7 +22,7 @@ from pglock.cli.app import (
 from pglock.cli.operator import _say
 from pglock.errors import UsageError
 from pglock.settings.config import check_job
-from pglock.settings.durations import check_reason, parse_duration
+from pglock.settings.durations import check_moment, check_reason, parse_duration
 
 if TYPE_CHECKING:
     from pglock.operate.control import Paused, Resumed, StopRequest, StopResult, Until
@@ -40,9 +40,12 @@ def _until(text: str | None) -> Until | None:
     if text is None:
         return None
     try:
-        return Until(span=parse_duration(text, option="--until"))
+        parse_duration(text)
     except UsageError:
         pass
+    else:
+        # A duration: within its range in durations.DURATIONS, or refused as one.
+        return Until(span=parse_duration(text, option="--until"))
     try:
         moment = datetime.fromisoformat(text.strip())
     except ValueError:
@@ -54,7 +57,7 @@ def _until(text: str | None) -> Until | None:
         moment = datetime.combine(datetime.now(), clock)
         if moment < datetime.now():
             moment += timedelta(days=1)
-    return Until(moment=moment if moment.tzinfo else moment.astimezone())
+    return Until(moment=check_moment(moment, "--until", text))
 
 
 def _names(jobs: list[str] | None) -> list[str]:
@@ -244,7 +247,7 @@ def _slot(text: str | None) -> datetime | None:
     except ValueError:
         raise UsageError(f"--slot: {text!r} is not a time (2026-11-24T03:00, "
                          "2026-11-24 03:00+01:00)") from None
-    return moment if moment.tzinfo else moment.astimezone()
+    return check_moment(moment, "--slot", text)
 
 
 @app.command()

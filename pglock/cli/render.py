@@ -17,6 +17,7 @@ from typing import Any
 
 from pglock.errors import OutputFailed, PglockError
 from pglock.settings.durations import format_duration
+from pglock.settings.text import escaped as escaped  # status's, kept below check and hooks
 
 NONE = "-"
 NOTE_WIDTH = 70
@@ -278,25 +279,6 @@ def ago(seconds: float | None, never: str = NONE) -> str:
 
 def took(seconds: float | None) -> str:
     return NONE if seconds is None else format_duration(seconds)
-
-
-def escaped(text: str) -> str:
-    """Text a user gave (a holder, a reason) as data: one line, no escape sequence, control
-    characters shown as `cat -v` does (^J, ^[), other invisible ones as \\x or \\u codes."""
-    if text.isprintable():
-        return text
-    shown = []
-    for char in text:
-        code = ord(char)
-        if code < 32 or code == 127:
-            shown.append("^" + chr(code ^ 64))
-        elif 0x80 <= code < 0xA0:
-            shown.append(f"\\x{code:02x}")
-        elif not char.isprintable() and char != " ":
-            shown.append(f"\\u{code:04x}")
-        else:
-            shown.append(char)
-    return "".join(shown)
 
 
 def clip(text: str | None, width: int = NOTE_WIDTH) -> str:

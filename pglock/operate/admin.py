@@ -19,6 +19,7 @@ import psycopg
 from pglock.db import database, schema
 from pglock.errors import DatabaseError
 from pglock.reports.jobs import Job, Lock
+from pglock.settings import config
 
 # `durable`: synchronous_commit = on for this write alone (see lease.py).
 
@@ -139,7 +140,8 @@ def operator() -> str:
         user = getpass.getuser()
     except (OSError, KeyError):
         user = f"uid{os.getuid()}"
-    return f"{user}@{socket.gethostname()}"
+    # LOGNAME is any bytes: those that are not UTF-8 are written as \xNN, as shown.
+    return f"{config.shown(user)}@{config.shown(socket.gethostname())}"
 
 
 def clear(conn: psycopg.Connection[Any], schema_name: str, shown: Job, *,

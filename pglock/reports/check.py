@@ -17,6 +17,7 @@ from typing import Any
 from pglock.errors import UsageError
 from pglock.reports.jobs import Job, Problem, Snapshot, Weight
 from pglock.settings.durations import format_duration
+from pglock.settings.text import escaped
 
 
 class PluginStatus(enum.IntEnum):
@@ -238,15 +239,34 @@ def unknown(reason: str) -> Report:
 
 def render_text(report: Report) -> str:
     """The summary line, then a line per job that is not OK (or the one job asked about)."""
-    perfdata = " ".join(f"{name}={value}" for name, value in report.counts.items())
-    lines = [f"PGLOCK {report.status.name} - {report.summary}"
+    perfdata = " ".join(f"{perf_label(name)}={value}" for name, value in report.counts.items())
+    lines = [f"PGLOCK {report.status.name} - {plugin_text(report.summary)}"
              + (f" | {perfdata}" if perfdata else "")]
     for verdict in report.verdicts:
         if verdict.status is PluginStatus.OK and report.only_job is None:
             continue
         reasons = "; ".join(verdict.reasons) or _healthy(verdict.job, report.now)
-        lines.append(f"{verdict.status.name}: {verdict.job.name}: {reasons}")
+        lines.append(f"{verdict.status.name}: {plugin_text(f'{verdict.job.name}: {reasons}')}")
     return "\n".join(lines)
+
+
+# What stands for `|` in a plugin's text: a monitor reads performance data after the
+# first `|` of the summary and of each line that follows it (Nagios plugin guidelines).
+PIPE_SHOWN = "\u00a6"
+
+
+def plugin_text(text: str) -> str:
+    """Text in the plugin's output as data: one line, escaped as status escapes it (a
+    reason's newline cannot start a plugin line), no `|` (no forged performance data)."""
+    return escaped(text).replace("|", PIPE_SHOWN)
+
+
+def perf_label(name: str) -> str:
+    """A performance data label as the plugin guidelines allow it: no `=` (it ends the
+    label), `|` as in the text, a quote doubled, the label quoted when it has a space or
+    a quote."""
+    label = plugin_text(name).replace("=", "_").replace("'", "''")
+    return f"'{label}'" if " " in label or "'" in label else label
 
 
 def render_json(report: Report) -> str:

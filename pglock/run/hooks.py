@@ -11,6 +11,7 @@ import subprocess
 
 from pglock.lock import clock
 from pglock.run.told import Told
+from pglock.settings.text import escaped
 
 # How much of a failed hook's output is kept for -v and the history note: only the end of
 # it is ever kept in memory, however much the hook writes.
@@ -48,7 +49,8 @@ def run_hook(name: str, command: str, env: dict[str, str], stdin: bytes,
     code = process.wait()
     if code == 0:
         return Told(what, True, "exited 0"), 0
-    said = output.decode(errors="replace").strip().replace("\n", " | ")
+    # Its output is data in -v and the history note: no escape sequence, no line break.
+    said = escaped(output.decode(errors="replace").strip().replace("\n", " | "))
     detail = f"killed by signal {-code}" if code < 0 else f"exited {code}"
     return Told(what, False, detail + (f": {said}" if said else "")), code
 

@@ -16,6 +16,7 @@ failed is said with -v and returned as a note for the run's history row.
 from __future__ import annotations
 
 import logging
+import math
 import threading
 from collections.abc import Callable
 from typing import TYPE_CHECKING, Any, NamedTuple
@@ -24,6 +25,7 @@ from pglock.errors import UsageError
 from pglock.lock import clock
 from pglock.lock.ledger import Outcome, RunResult, expected_side
 from pglock.run.told import Told
+from pglock.settings.durations import DURATIONS
 
 if TYPE_CHECKING:
     from pglock.run.events import EventLog
@@ -55,10 +57,14 @@ class NotifyOptions(NamedTuple):
                            ("--on-recovery", self.on_recovery), ("--on-slow", self.on_slow)):
             if hook is not None and not hook.strip():
                 raise UsageError(f"{name}: the hook command is empty")
-        if not 0 < self.hook_timeout <= 24 * 3600:
-            raise UsageError("--hook-timeout must be more than 0 and at most 1d")
-        if self.ping_url is not None and not self.ping_url.startswith(("http://", "https://")):
-            raise UsageError("--ping-url must be an http:// or https:// URL")
+        bounds = DURATIONS["--hook-timeout"]
+        if not (math.isfinite(self.hook_timeout) and bounds.admits(self.hook_timeout)):
+            raise UsageError(f"--hook-timeout: {self.hook_timeout:g}s is out of range "
+                             f"({bounds.text()})")
+        if self.ping_url is not None:
+            from pglock.run.pings import check_url
+
+            check_url(self.ping_url)
         if self.event_log is not None:
             from pglock.run.events import check_target
 

@@ -19,7 +19,7 @@ from pglock.reports.jobs import Job, State
 from pglock.serve import charts
 from pglock.serve.site import Site, as_json, page
 from pglock.settings.config import check_job
-from pglock.settings.durations import parse_duration
+from pglock.settings.durations import check_moment, parse_duration
 
 # What the job page's chart and table show by default, and at most.
 RUNS, MOST_RUNS = 100, 1000
@@ -174,6 +174,7 @@ def _timeline(request: Request) -> tuple[str, dashboard.Timeline]:
             raise UsageError(f"end: {end!r} is not an ISO 8601 time") from None
         if until.tzinfo is None:
             raise UsageError(f"end: {end!r} has no time zone")
+        until = check_moment(until, "end", end)
     jobs = [check_job(name) for name in request.query_params.getlist("job")]
     with site.pool.connection() as conn:
         found = dashboard.timeline(conn, site.schema, span, jobs=jobs or None, until=until)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import math
 import re
+from datetime import UTC, datetime
 from typing import NamedTuple
 
 from pglock.errors import UsageError
@@ -52,6 +53,24 @@ DURATIONS: dict[str, Bounds] = {
     "--older-than": Bounds(0, 36500 * DAY),
     "--interval": Bounds(0.5, HOUR),
     "--retry-delay": Bounds(0, DAY),
+    "--hook-timeout": Bounds(0, DAY, above=True),
+    # pause --until as a span from now: a pause, not a decommission (forget is that).
+    "--until": Bounds(0, 366 * DAY, above=True),
+    # check's thresholds.
+    "--paused-warning": Bounds(0, 36500 * DAY),
+    "--slow-warning": Bounds(0, 366 * DAY),
+    "--slow-critical": Bounds(0, 366 * DAY),
+}
+# The moments operators type (ISO 8601, or HH:MM): how far before now (`low`) and after
+# now (`high`) each may be, by this host's clock. Refused at parse time, so that no zone's
+# offset carries one past year 9999 or before year 1, in Python or in the database. A
+# pause ends in the future (the database's clock judges the past); a slot replayed is at
+# most as old as the history --since reads, and not much ahead of a skewed clock.
+MOMENTS: dict[str, Bounds] = {
+    "--until": Bounds(366 * DAY, 366 * DAY),
+    "--slot": Bounds(36500 * DAY, DAY),
+    # The end of the dashboard's timeline (pglock serve, /timeline?end=).
+    "end": Bounds(36500 * DAY, 366 * DAY),
 }
 # Either end of --expect-duration MIN..MAX (a range, so not in DURATIONS, whose options
 # each take one duration).
@@ -121,6 +140,24 @@ def parse_expected(text: str, *, option: str = "--expect-duration",
     if bounds[1] == 0:
         raise UsageError(f"{option}: MAX must be more than 0")
     return bounds
+def check_moment(moment: datetime, option: str, text: str) -> datetime:
+    """`moment` (naive: local time) as an aware time, refused outside MOMENTS[option]."""
+    bounds = MOMENTS[option]
+    try:
+        aware = moment if moment.tzinfo else moment.astimezone()
+        ahead = (aware - datetime.now(UTC)).total_seconds()
+    except (OverflowError, OSError, ValueError):
+        # The local zone's offset carried it past year 1 or year 9999.
+        ahead = -math.inf if moment.year < 5000 else math.inf
+    if ahead < -bounds.low:
+        raise UsageError(f"{option}: {text.strip()} is more than {format_bound(bounds.low)} "
+                         "in the past")
+    if ahead > bounds.high:
+        raise UsageError(f"{option}: {text.strip()} is more than {format_bound(bounds.high)} "
+                         "ahead")
+    return aware
+
+
 def check_reason(reason: str | None, required: str | None) -> str | None:
     """An operator's --reason: given when `required` (the message if not), within
     REASON_LENGTH characters, without NUL (no database column takes one)."""

@@ -146,6 +146,8 @@ def test_the_audit_log_lists_the_actions(web: TestClient) -> None:
     ("/job?name=a%01b", 400, "contains a control character"),
     ("/timeline?range=forever", 400, "range"),
     ("/timeline?range=1s", 400, "is not within 1m..31d"),
+    ("/timeline?end=0001-01-01T00:00%2B14:00", 400,
+     "end: 0001-01-01T00:00+14:00 is more than 36500d in the past"),
     ("/calendar?days=3", 400, "days: 3 is not within 7..366"),
     ("/run?id=x", 400, "id: &#39;x&#39; is not a whole number"),
     ("/run?id=999999", 404, "no run 999999"),

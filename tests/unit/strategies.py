@@ -1,5 +1,7 @@
 """Generated input for the property tests, kept in one place (issue 21): hostile strings,
-every TOML value type for every jobs-file key, commands' argv, cron expressions.
+every TOML value type for every jobs-file key, commands' argv, cron expressions, and the
+values of the options that take a URL, a moment, a duration or an operator's text
+(OPTION_VALUES: a row per option, with where it is given and the exit codes it documents).
 
 A new option of `run` is covered by the jobs-file strategies without an edit here: the keys
 come from `jobsfile.table_keys()`. The settings every property test uses are `PURE` (the
@@ -91,3 +93,59 @@ cron_expressions = st.one_of(
     st.sampled_from(["@daily", "@DAILY", "@Hourly", "@reboot", "@every", "@yearly",
                      "* * * * * *", "* * * *", "0 0 1 1 * 2020"]),
 )
+
+
+# The values of the options that take a URL, a moment, a duration or an operator's text
+# (issue 21, items 4-6), each with where it is given: a new option of these kinds is
+# covered by adding a row to OPTION_VALUES.
+_UNITS = ["", "ms", "s", "m", "h", "d", "D", "w", "x"]
+durations_text = st.one_of(
+    st.tuples(st.integers(min_value=0, max_value=10**12).map(str),
+              st.sampled_from(_UNITS)).map("".join),
+    st.floats(allow_nan=True, allow_infinity=True).map(str),
+    st.sampled_from(["0", "1h30m", "366d", "367d", "106752d", "1000000000d", "9" * 400,
+                     "-5m", "5 m", "1e9", ""]),
+    hostile_text)
+_OFFSETS = ["", "Z", "+00:00", "-08:00", "+14:00", "-12:00", "+23:59"]
+# The ends of what Python and PostgreSQL hold, in the zones furthest from UTC.
+edge_moments = st.tuples(
+    st.sampled_from(["0001-01-01T00:00", "0001-01-02T00:00", "9999-12-31T23:59",
+                     "9999-12-30T00:00", "1970-01-01T00:00", "2026-11-24T03:00"]),
+    st.sampled_from(_OFFSETS)).map("".join)
+edge_durations = st.sampled_from(["0", "1s", "366d", "367d", "106752d", "1000000000d",
+                                  "9" * 400])
+moments_text = st.one_of(
+    edge_moments,
+    st.tuples(st.datetimes(min_value=datetime(1, 1, 1), max_value=datetime(9999, 12, 31, 23, 59))
+              .map(lambda moment: moment.isoformat(timespec="minutes")),
+              st.sampled_from(_OFFSETS)).map("".join),
+    st.sampled_from(["0001-01-01T00:00", "9999-12-31T23:59", "9999-12-31T23:59-12:00",
+                     "0001-01-01T00:00+14:00", "23:59", "24:00", "2026-02-30T00:00"]),
+    hostile_text)
+_HOSTS = ["example.com", "EXAMPLE.com", "127.0.0.1", "[::1]", "[::1", "::1]", "[zz]",
+          "h:80", "h:99999", "h:x", "user:pw@h", "", "h\u00e9"]
+ping_urls = st.one_of(
+    st.tuples(st.sampled_from(["http", "HTTPS", "Http", "ftp", "file", "javascript", ""]),
+              st.sampled_from(["://", ":", ":///", "//"]), st.sampled_from(_HOSTS),
+              st.sampled_from(["", "/", "/key", "/key/", "/k?create=1", "/k#f"]),
+              st.one_of(st.just(""), hostile_text)).map("".join),
+    hostile_text)
+
+# option: (the command line before it, the values to give it, the exit codes it documents
+# besides 0: 2 a usage error, 125 the database (unreachable in the unit layer), 3 check's
+# UNKNOWN).
+RUN = ["run", "--job", "x"]
+OPTION_VALUES: dict[str, tuple[list[str], st.SearchStrategy[str], frozenset[int]]] = {
+    "--ping-url": (RUN, ping_urls, frozenset({2, 125})),
+    "--hook-timeout": (RUN, durations_text, frozenset({2, 125})),
+    "--until": (["pause", "--job", "x", "--reason", "r"], st.one_of(moments_text,
+                                                                   durations_text),
+                frozenset({2, 125})),
+    "--slot": (["replay", "--job", "x", "--reason", "r"], moments_text, frozenset({2, 125})),
+    "--reason": (["pause", "--job", "x"], hostile_text, frozenset({2, 125})),
+    "--paused-warning": (["check"], durations_text, frozenset({3})),
+    "--slow-warning": (["check"], durations_text, frozenset({3})),
+    "--slow-critical": (["check"], durations_text, frozenset({3})),
+}
+option_values = st.sampled_from(sorted(OPTION_VALUES)).flatmap(
+    lambda option: st.tuples(st.just(option), OPTION_VALUES[option][1]))

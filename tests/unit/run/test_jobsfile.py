@@ -104,6 +104,11 @@ BAD = [
     pytest.param('[jobs.x]\ncommand = ["true"]\ndsn = "host=elsewhere"\n',
                  "[jobs.x] dsn: not a job setting: the file's own top-level dsn says where "
                  "every job's lock lives", id="dsn"),
+    pytest.param('[jobs.x]\ncommand = ["true"]\nping-url = "http://[::1/secret"\n',
+                 "[jobs.x] ping-url: not a URL (Invalid IPv6 URL)", id="ping-url-n14"),
+    pytest.param('[jobs.x]\ncommand = ["true"]\nping-url = "https://h/secret "\n',
+                 "[jobs.x] ping-url: a space, control or non-ASCII character at position 17 "
+                 "(percent-encode it)", id="ping-url-n6"),
     pytest.param("[jobs]\nx = 5\n",
                  "[jobs.x]: must be a table of the job's command and options (command = [...], "
                  'schedule = "...", ...)', id="not-a-table"),

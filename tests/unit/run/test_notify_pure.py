@@ -10,7 +10,9 @@ import pytest
 
 from pglock.cli import app as cli
 from pglock.lock.ledger import Outcome, RunResult
-from pglock.run.pings import _final_suffix, address
+from pglock.run.pings import HIDDEN, Pinger, _final_suffix, address, check_url, shown
+
+from ..inprocess import invoke
 
 
 @pytest.fixture(autouse=True)
@@ -26,7 +28,7 @@ def fresh_logging() -> Iterator[None]:
 
 @pytest.mark.parametrize(("args", "message"), [
     (["--ping-url", "ftp://example.com/x"], "--ping-url must be an http:// or https:// URL"),
-    (["--hook-timeout", "0"], "--hook-timeout must be more than 0 and at most 1d"),
+    (["--hook-timeout", "0"], "--hook-timeout: 0 is out of range (more than 0 to 1d)"),
     (["--on-failure", "  "], "--on-failure: the hook command is empty"),
     (["--event-log", ""], "--event-log: give a file path, 'syslog' or"),
     (["--event-log", "syslog:"], "--event-log: 'syslog:' needs a socket path after the colon"),
@@ -86,3 +88,84 @@ def test_an_event_log_that_fails_never_stops_the_run(tmp_path: Path,
     monkeypatch.setattr(log, "_write", broken)
     log.emit("acquired")
     log.close()
+
+
+# Ping URLs (issue 21, item 4): read at parse time, never shown past scheme://host --------
+
+
+@pytest.mark.parametrize(("url", "message"), [
+    ("http://[::1/secret", "--ping-url: not a URL (Invalid IPv6 URL)"),  # N14
+    ("http://example.com/secret ", "--ping-url: a space, control or non-ASCII character at "
+                                   "position 26 (percent-encode it)"),  # N6
+    ("http://example.com/se cret", "--ping-url: a space, control or non-ASCII character"),
+    ("http://example.com/secret\x1b[2J", "--ping-url: a space, control"),
+    ("http://example.com/s\u00e9cret", "--ping-url: a space, control or non-ASCII character"),
+    ("http://example.com:99999/secret", "--ping-url: not a URL (Port out of range 0-65535)"),
+    ("http://example.com:x/secret", "--ping-url: not a URL (Port could not be cast"),
+    ("http:///secret", "--ping-url: no host after the scheme's //"),
+    ("http:secret", "--ping-url: no host after the scheme's //"),
+    ("file:///secret", "--ping-url must be an http:// or https:// URL"),
+    ("javascript:secret", "--ping-url must be an http:// or https:// URL"),
+])
+def test_a_bad_ping_url_is_refused_at_parse_time_without_its_text(url: str,
+                                                                  message: str) -> None:
+    called = invoke("run", "--job", "j", "--dsn", "host=/nonexistent", "--ping-url", url,
+                    "--", "true")
+    assert (called.code, called.stdout) == (2, "")
+    assert called.stderr.startswith(f"pglock: {message}") and called.stderr.count("\n") == 1
+    assert "secret" not in called.stderr and "Traceback" not in called.stderr
+
+
+@pytest.mark.parametrize(("url", "seen"), [
+    ("HTTPS://hc-ping.com/abc", "https://hc-ping.com"),
+    ("Http://user:pw@Example.COM:8080/k?x=1", "http://example.com"),
+    ("http://[::1]:9/k", "http://[::1]"),
+])
+def test_any_case_of_the_scheme_is_taken_and_shown_as_scheme_and_host(url: str,
+                                                                       seen: str) -> None:
+    check_url(url)
+    assert shown(url) == seen
+    assert address(url, "/start", "R").startswith(seen.split("://")[0] + "://")
+
+
+def test_a_ping_that_cannot_be_sent_is_a_note_without_the_url_never_a_traceback() -> None:
+    # Past the parse-time check (a caller in Python): the send itself must not raise in
+    # its thread, nor put the URL's text in the note, the event or -v.
+    events: list[dict[str, object]] = []
+    for url in ("http://[::1/secret-key", "http://127.0.0.1:1/secret-key "):
+        pinger = Pinger(url)
+        pinger._send(lambda name, **fields: events.append(fields), "/start", b"")
+        [told] = pinger.told
+        assert not told.ok and "secret-key" not in told.note(), told
+    assert events and all("secret-key" not in str(fields) for fields in events)
+    assert HIDDEN in pinger.told[0].detail
+
+
+def test_a_redirect_to_another_scheme_is_not_followed() -> None:
+    import threading
+    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+    asked: list[str] = []
+
+    class Redirecting(BaseHTTPRequestHandler):
+        def do_POST(self) -> None:
+            asked.append(self.path)
+            self.send_response(307)
+            self.send_header("Location", "ftp://127.0.0.1:1/secret-key/start")
+            self.send_header("Content-Length", "0")
+            self.end_headers()
+
+        def log_message(self, format: str, *args: object) -> None:
+            pass
+
+    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        pinger = Pinger(f"http://127.0.0.1:{server.server_address[1]}/secret-key")
+        pinger._send(lambda name, **fields: None, "/start", b"")
+    finally:
+        server.shutdown()
+        server.server_close()
+    [told] = pinger.told
+    assert told == ("ping /start", False, "HTTP 307 refused: a redirect to another scheme")
+    assert len(asked) == 1

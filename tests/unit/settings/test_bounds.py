@@ -25,7 +25,9 @@ WHERE = {
     "--min-hold": RUN, "--max-runtime": RUN, "--kill-after": RUN,
     "--deadline": [*RUN, "--schedule", "* * * * *"], "--grace": [*RUN, "--schedule", "* * * * *"],
     "--since": ["history"], "--older-than": ["prune", "--yes"], "--interval": ["status"],
-    "--retry-delay": RUN,
+    "--retry-delay": RUN, "--hook-timeout": RUN,
+    "--until": ["pause", "--job", "x", "--reason", "r", "--dsn", UNREACHABLE],
+    "--paused-warning": ["check"], "--slow-warning": ["check"], "--slow-critical": ["check"],
 }
 TOO_BIG = ["106752d", "400000d", "3000000d", "1000000000d", "9" * 400]
 
@@ -39,9 +41,13 @@ def line(command: list[str], option: str, value: str) -> list[str]:
 @pytest.mark.parametrize("value", TOO_BIG)
 def test_a_duration_beyond_its_range_is_a_usage_error(option: str, value: str) -> None:
     called = invoke(*line(WHERE[option], option, value))
-    assert (called.code, called.stdout) == (2, "")
-    assert called.stderr == f"pglock: {option}: {value} is out of range " \
-                            f"({DURATIONS[option].text()})\n"
+    message = f"{option}: {value} is out of range ({DURATIONS[option].text()})"
+    if WHERE[option][0] == "check":
+        # A plugin answers UNKNOWN, the reason on stdout and stderr.
+        assert (called.code, called.stdout) == (3, f"PGLOCK UNKNOWN - {message}\n")
+    else:
+        assert (called.code, called.stdout) == (2, "")
+    assert called.stderr == f"pglock: {message}\n"
 
 
 @pytest.mark.parametrize("option", [o for o, b in DURATIONS.items() if b.low > 0 or b.above])
