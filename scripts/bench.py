@@ -127,6 +127,8 @@ class Sample:
     # user + system CPU of the process and the children it waited for (wait4's rusage):
     # steadier than wall time on a loaded machine.
     cpu: float = 0.0
+    # Peak resident set (MB; wait4's ru_maxrss), where measured (timed_piped).
+    rss: float = 0.0
 
 
 def clean_environ(**extra: str) -> dict[str, str]:
@@ -1129,12 +1131,22 @@ def status_counts(conninfo: str) -> str:
 
 
 def timed_piped(argv: Sequence[str], env: dict[str, str]) -> tuple[Sample, int]:
-    """As timed(), with stdout a pipe we read (as `pglock status | less`); its size."""
+    """As timed(), with stdout a pipe we read (as `pglock status | less`); its size. The
+    sample's `rss` is the process's peak resident set (wait4's ru_maxrss, MB)."""
     started = time.perf_counter()
-    done = subprocess.run(argv, env=env, stdin=subprocess.DEVNULL, capture_output=True,
-                          check=False, timeout=300)
-    seconds = time.perf_counter() - started
-    return Sample(seconds, done.returncode, done.stderr.decode(errors="replace")), len(done.stdout)
+    # stderr to a file: reading two pipes in turn could block on the one not read.
+    with tempfile.TemporaryFile() as errors, subprocess.Popen(
+            argv, env=env, stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
+            stderr=errors) as process:
+        assert process.stdout is not None
+        size = len(process.stdout.read())
+        _, status, usage = os.wait4(process.pid, 0)
+        process.returncode = os.waitstatus_to_exitcode(status)
+        seconds = time.perf_counter() - started
+        errors.seek(0)
+        stderr = errors.read().decode(errors="replace")
+    return Sample(seconds, process.returncode, stderr, usage.ru_utime + usage.ru_stime,
+                  usage.ru_maxrss / 1024), size
 
 
 def where_time_goes(args: Sequence[str], env: dict[str, str], tmp: Path, count: int = 8) -> None:
@@ -1199,22 +1211,28 @@ def bench_status(stack: contextlib.ExitStack, tmp: Path, runs: int, rows: int) -
     for args in figures.values():  # warm-up: caches, bytecode
         timed_piped([PGLOCK, *args], env)
     base: list[float] = []
+    base_rss: list[float] = []
     times: dict[str, list[float]] = {name: [] for name in figures}
+    rss: dict[str, list[float]] = {name: [] for name in figures}
     sizes: dict[str, int] = {}
     unexpected = Unexpected()
     for _ in range(runs):
-        base.append(timed([PYTHON, "-c", "pass"], env).seconds)
+        sample, _ = timed_piped([PYTHON, "-c", "pass"], env)
+        base.append(sample.seconds)
+        base_rss.append(sample.rss)
         for name, args in figures.items():
             sample, sizes[name] = timed_piped([PGLOCK, *args], env)
             unexpected.check(name, sample, 0)
             times[name].append(sample.seconds)
-    report("python -c pass", base)
+            rss[name].append(sample.rss)
+    report("python -c pass", base, note=f"max RSS {max(base_rss):.1f} MB")
     floor = [t + STATUS_BUDGET_MS / 1000 for t in base]
     over = []
     for name, samples in times.items():
         if not report(name, samples, floor, limit=limits.get(name),
                       note=f"floor: python -c pass + {STATUS_BUDGET_MS:.0f} ms;"
-                           f" {sizes[name]:,} bytes out"):
+                           f" {sizes[name]:,} bytes out; max RSS {max(rss[name]):.1f} MB,"
+                           f" floor's {max(base_rss):.1f} MB"):
             over.append(name)
     for name in over:
         print(f"  where the time of `pglock {' '.join(figures[name])}` goes:")
