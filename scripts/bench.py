@@ -79,7 +79,7 @@ v = {"job": job, "mode": "lease", "holder": holder, "holder_pid": os.getpid(),
      "min_hold": timedelta(0), "signal": None, "rerun": False, "handover_from": None,
      "error": None, "output_tail": None, "version": VERSION, "retries": 0, "attempt": 1,
      "limit": 1,
-     "keep": False, "closes": False, "hopeless": False,
+     "keep": False, "closes": False, "hopeless": False, "expected": None,
      "lost_error": "lock lost: it was cleared or taken over before the command ended"}
 v["lost_error_line"] = v["lost_error"]
 
@@ -110,7 +110,7 @@ FLOOR_KNOWN = frozenset((
     "advisory_held", "command", "slot", "schedule", "timezone", "next_slot", "grace",
     "min_hold", "signal", "error", "rerun", "handover_from", "version", "retries", "attempt",
     "keep", "closes", "hopeless", "error_line", "lost_error", "lost_error_line",
-    "output_tail", "run_id", "duration", "exit_code", "outcome", "limit"))
+    "output_tail", "run_id", "duration", "exit_code", "outcome", "limit", "expected"))
 
 
 class BenchError(Exception):
