@@ -51,6 +51,10 @@ DROP FUNCTION IF EXISTS {schema}.acquire(integer, text, text, text, integer, tex
 -- the counters anew. Per job: how many runs took at most each bound (cumulative, one
 -- element per bound), how many in all, their summed seconds, and how many ran shorter
 -- or longer than their --expect-duration. NULL: none yet.
+-- The bounds: the durations operators write for cron jobs (--expect-duration,
+-- --max-runtime, schedules), from a second to a day, about 2-3x apart. A bound an
+-- operator is likely to alert on is a bucket's edge, so a quantile or a count "over 5m"
+-- is exact there; 17 buckets keep a fleet's series count within reason.
 INSERT INTO {schema}.meta (key, value) VALUES
     ('duration_bounds',
      '{{0.5,1,2.5,5,10,30,60,120,300,600,900,1800,3600,7200,14400,28800,86400}}');
