@@ -46,6 +46,7 @@ PYTHON = sys.executable
 # The holder name of the runs whose statements are counted (in their application_name).
 HOST = "bench-host"
 PGLOCK = str(Path(sys.executable).with_name("pglock"))
+GNU_TIME = "/usr/bin/time"
 SCHEMA = "bench"
 # As the test suite's server: durability off, so the SQL is cheap and pglock's own cost shows.
 SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
@@ -78,7 +79,7 @@ v = {"job": job, "mode": "lease", "holder": holder, "holder_pid": os.getpid(),
      "min_hold": timedelta(0), "signal": None, "rerun": False, "handover_from": None,
      "error": None, "output_tail": None, "version": VERSION, "retries": 0, "attempt": 1,
      "limit": 1,
-     "keep": False, "closes": False, "hopeless": False,
+     "keep": False, "closes": False, "hopeless": False, "expected": None,
      "lost_error": "lock lost: it was cleared or taken over before the command ended"}
 v["lost_error_line"] = v["lost_error"]
 
@@ -109,7 +110,7 @@ FLOOR_KNOWN = frozenset((
     "advisory_held", "command", "slot", "schedule", "timezone", "next_slot", "grace",
     "min_hold", "signal", "error", "rerun", "handover_from", "version", "retries", "attempt",
     "keep", "closes", "hopeless", "error_line", "lost_error", "lost_error_line",
-    "output_tail", "run_id", "duration", "exit_code", "outcome", "limit"))
+    "output_tail", "run_id", "duration", "exit_code", "outcome", "limit", "expected"))
 
 
 class BenchError(Exception):
@@ -984,6 +985,12 @@ STATUS_ROWS_QUICK = 1_000_000
 STATUS_BUDGET_MS = 150.0
 STATUS_JSON_LIMIT = 2.0
 STATUS_MIN_FREE_GB = 5.0
+# metrics against the same floor: about 0.5 s, "well under a second" at 10,000 jobs and
+# 10M runs, whatever the history's size (the histograms are kept per job, not scanned).
+METRICS_LIMIT = 3.0
+# The status section's figures that do not exit 0 on its fleet: check judges it CRITICAL
+# (failed and timed-out jobs).
+STATUS_EXITS = {"check": 2}
 # Bulk loading: more memory for the index builds, fewer checkpoints while the rows go in.
 STATUS_SETTINGS = {**SETTINGS, "maintenance_work_mem": "512MB", "max_wal_size": "8GB",
                    "checkpoint_timeout": "30min"}
@@ -1085,6 +1092,14 @@ def _runs_indexes(conn: psycopg.Connection[Any]) -> tuple[list[str], list[str]]:
     return drop, create
 
 
+def histogram_backfill() -> str:
+    """Migration 006's statement that fills the jobs' duration histograms from their runs:
+    the fill's jobs get theirs as an upgraded schema would (and its time is shown)."""
+    [text] = [text for version, text in pglock_schema.migrations() if version == 6]
+    [statement] = [s for s in text.split(";\n") if "SET duration_buckets" in s]
+    return statement
+
+
 def fill_status(conninfo: str, rows: int) -> dict[str, float]:
     """pglock's schema with STATUS_JOBS jobs and `rows` history rows; seconds per step."""
     env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
@@ -1107,6 +1122,7 @@ def fill_status(conninfo: str, rows: int) -> dict[str, float]:
         step("runs", [s for s in STATUS_FILL_RUNS.split(";\n") if s.strip()], params)
         step("indexes", create)
         step("jobs", [STATUS_FILL_JOBS], params)
+        step("histograms (migration 006's backfill)", [histogram_backfill()])
         step("locks", [STATUS_FILL_LOCKS])
         step("vacuum analyze", [f"VACUUM ANALYZE {SCHEMA}.runs", f"VACUUM ANALYZE {SCHEMA}.jobs",
                                 f"VACUUM ANALYZE {SCHEMA}.locks"])
@@ -1135,6 +1151,21 @@ def timed_piped(argv: Sequence[str], env: dict[str, str]) -> tuple[Sample, int]:
                           check=False, timeout=300)
     seconds = time.perf_counter() - started
     return Sample(seconds, done.returncode, done.stderr.decode(errors="replace")), len(done.stdout)
+
+
+def peak_rss(argv: Sequence[str], env: dict[str, str]) -> float | None:
+    """The peak resident set (MB) of a run of `argv`, its stdout a pipe we read; None
+    without GNU time. Not wait4's ru_maxrss of our own child: a process forked (or
+    vforked) from this one starts its count at our size, the small `time` starts it at
+    its own (about 2 MB, below any Python's)."""
+    if not Path(GNU_TIME).exists():
+        return None
+    with tempfile.NamedTemporaryFile("r") as out:
+        subprocess.run([GNU_TIME, "-f", "%M", "-o", out.name, *argv], env=env,
+                       stdin=subprocess.DEVNULL, capture_output=True, check=False, timeout=300)
+        text = out.read().strip().splitlines()
+    # A command that exits non-zero has a line saying so first.
+    return int(text[-1]) / 1024 if text and text[-1].isdigit() else None
 
 
 def where_time_goes(args: Sequence[str], env: dict[str, str], tmp: Path, count: int = 8) -> None:
@@ -1169,6 +1200,10 @@ def where_time_goes(args: Sequence[str], env: dict[str, str], tmp: Path, count: 
         print(f"      {line}")
 
 
+def _mb(size: float | None) -> str:
+    return "not measured (no GNU time)" if size is None else f"{size:.1f} MB"
+
+
 def bench_status(stack: contextlib.ExitStack, tmp: Path, runs: int, rows: int) -> None:
     free_gb = shutil.disk_usage(tmp).free / 2**30
     if free_gb < STATUS_MIN_FREE_GB and rows > STATUS_ROWS_QUICK:
@@ -1194,8 +1229,9 @@ def bench_status(stack: contextlib.ExitStack, tmp: Path, runs: int, rows: int) -
         "check": ["check"],
     }
     # The targets: the default view within the floor, --json (every job, streamed) within
-    # twice it; the others are shown against the same floor, with no target of their own.
-    limits = {"status": 1.0, "status --json": STATUS_JSON_LIMIT}
+    # twice it, metrics (every job's series, some 25 MB) within METRICS_LIMIT; the others
+    # are shown against the same floor, with no target of their own.
+    limits = {"status": 1.0, "status --json": STATUS_JSON_LIMIT, "metrics": METRICS_LIMIT}
     for args in figures.values():  # warm-up: caches, bytecode
         timed_piped([PGLOCK, *args], env)
     base: list[float] = []
@@ -1206,15 +1242,19 @@ def bench_status(stack: contextlib.ExitStack, tmp: Path, runs: int, rows: int) -
         base.append(timed([PYTHON, "-c", "pass"], env).seconds)
         for name, args in figures.items():
             sample, sizes[name] = timed_piped([PGLOCK, *args], env)
-            unexpected.check(name, sample, 0)
+            unexpected.check(name, sample, STATUS_EXITS.get(name, 0))
             times[name].append(sample.seconds)
-    report("python -c pass", base)
+    # Peak memory once each (the fleet is the same every time), the floor's beside it.
+    rss = {name: peak_rss([PGLOCK, *args], env) for name, args in figures.items()}
+    base_rss = peak_rss([PYTHON, "-c", "pass"], env)
+    report("python -c pass", base, note=f"max RSS {_mb(base_rss)}")
     floor = [t + STATUS_BUDGET_MS / 1000 for t in base]
     over = []
     for name, samples in times.items():
         if not report(name, samples, floor, limit=limits.get(name),
                       note=f"floor: python -c pass + {STATUS_BUDGET_MS:.0f} ms;"
-                           f" {sizes[name]:,} bytes out"):
+                           f" {sizes[name]:,} bytes out; max RSS {_mb(rss[name])},"
+                           f" the floor's {_mb(base_rss)}"):
             over.append(name)
     for name in over:
         print(f"  where the time of `pglock {' '.join(figures[name])}` goes:")

@@ -131,7 +131,7 @@ def metrics(
     /var/lib/prometheus/node-exporter/pglock.prom
     """
     _configure_output(verbose, quiet)
-    from pglock.cli.render import write
+    from pglock.cli.render import write_pieces
     from pglock.reports import jobs
     from pglock.reports import metrics as exposition
     from pglock.settings import config
@@ -141,5 +141,5 @@ def metrics(
     with connected(dsn, schema, connect_timeout, "metrics") as (conn, _, name):
         found = exposition.Exposition(jobs.read(conn, name, job),
                                       exposition.read_durations(conn, name, job))
-    write(exposition.render(found))
+    write_pieces(exposition.chunks(found))
     return 0

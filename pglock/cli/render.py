@@ -108,6 +108,14 @@ def write(text: str) -> None:
         sys.stdout.flush()
 
 
+def write_pieces(pieces: Iterable[str]) -> None:
+    """As write(), a piece at a time: a large output is never held whole."""
+    with _writing():
+        for piece in pieces:
+            sys.stdout.write(piece)
+        sys.stdout.flush()
+
+
 @contextlib.contextmanager
 def _writing() -> Iterator[None]:
     try:

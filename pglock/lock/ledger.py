@@ -58,18 +58,20 @@ FINISH = """
 SELECT * FROM {schema}.finish(
     %(run_id)s, %(job)s, %(holder_id)s, %(fencing_token)s, %(min_hold)s, %(keep)s,
     %(duration)s, %(exit_code)s, %(signal)s, %(outcome)s, %(error)s, %(output_tail)b,
-    %(closes)s, %(hopeless)s, %(error_line)s, %(lost_error)s, %(lost_error_line)s)
+    %(closes)s, %(hopeless)s, %(error_line)s, %(lost_error)s, %(lost_error_line)s,
+    %(expected)s)
 """
 
 # Notes of what happened after the end was recorded (a failed hook), added to its error.
 NOTE = "SELECT {schema}.note(%(run_id)s, %(holder_id)s, %(note)s)"
 
 
-# --expect-duration leaves its judgement in the run's `error` column, pglock's free-text note
-# on a run (no schema change: docs/monitoring.md, "Expected durations"). The holder writes
-# SLOW on its open run when it passes MAX (`note`, which appends); its end replaces the
-# error with the finished run's own note, SHORTER or LONGER, next to any other (`; `).
-# Readers find them by these texts: reports/jobs.py the open run's, metrics the history's.
+# --expect-duration's judgement, in words in the run's `error` column (what history shows,
+# docs/monitoring.md, "Expected durations"). The holder writes SLOW on its open run when
+# it passes MAX (`note`, which appends; reports/jobs.py reads it back from the open run);
+# its end replaces the error with the finished run's own note, SHORTER or LONGER, next to
+# any other (`; `), and records the side as a fact (RunResult.expected: runs.expected and
+# the job's counters, which metrics exports), never read back from the text.
 SLOW = "running longer than expected: more than {limit}s (--expect-duration)"
 SHORTER = "ran shorter than expected: {took}s, less than {limit}s (--expect-duration)"
 LONGER = "ran longer than expected: {took}s, more than {limit}s (--expect-duration)"
@@ -101,14 +103,6 @@ def expected_note(duration: float, low: float | None, high: float | None) -> str
     return None
 
 
-def expected_side(error: str | None) -> str | None:
-    """`shorter` or `longer` when a finished run's error holds its --expect-duration note."""
-    for side, text in (("shorter", SHORTER), ("longer", LONGER)):
-        if error is not None and text.split(":")[0] + ":" in error:
-            return side
-    return None
-
-
 class StartedRun(NamedTuple):
     """The row written before the command starts."""
 
@@ -129,6 +123,8 @@ class RunResult(NamedTuple):
     signal: int | None = None
     error: str | None = None
     output_tail: bytes | None = None
+    # Outside --expect-duration's range: `shorter` or `longer` (None: within, or no range).
+    expected: str | None = None
 
     @property
     def error_line(self) -> str:
@@ -251,7 +247,8 @@ def finish(conn: psycopg.Connection[Any], claim: Claim, run_id: int, result: Run
         output_tail=result.output_tail,
         closes=result.closes_slot,
         hopeless=result.hopeless, error_line=result.error_line,
-        lost_error=lost.error, lost_error_line=lost.error_line)).fetchone()
+        lost_error=lost.error, lost_error_line=lost.error_line,
+        expected=result.expected)).fetchone()
     assert row is not None
     ours, kept, recorded, previous, newest = row
     return Finished(previous_outcome=previous, newest=bool(newest), recorded=bool(recorded),

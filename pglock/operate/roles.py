@@ -40,7 +40,7 @@ RUN_FUNCTIONS = (
     "retake(text, text, bigint)",
     "release(text, text, bigint, interval, timestamptz)",
     "finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer, text, "
-    "text, bytea, boolean, boolean, text, text, text)",
+    "text, bytea, boolean, boolean, text, text, text, text)",
     "note(bigint, text, text)",
     "holds(text, text, bigint)",
 )

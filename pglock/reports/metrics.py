@@ -15,7 +15,7 @@ from typing import Any
 import psycopg
 
 from pglock.db import database, schema
-from pglock.reports.jobs import FINISHED, Job, Problem, Snapshot, State
+from pglock.reports.jobs import FINISHED, Job, Problem, Snapshot
 
 
 @dataclass(frozen=True)
@@ -114,46 +114,36 @@ FAMILIES = (
 )
 
 STATES = Family("pglock_job_state", "gauge",
-                "1 for the job's state as pglock status shows it, 0 for the others.",
-                lambda j: None)
+                "The job's state as pglock status shows it: one sample per job, value 1, "
+                "labelled with that state.", lambda j: None)
 DURATION = Family("pglock_job_duration_seconds", "histogram",
-                  "How long the job's finished runs took, over the history the database "
-                  "keeps (pglock prune lowers it: a counter reset).", lambda j: None)
+                  "How long the job's runs took, every run whose end its holder recorded "
+                  "(pglock prune leaves it as it is).", lambda j: None)
 OUTSIDE = Family("pglock_job_runs_outside_expected_total", "counter",
                  "Finished runs that took less than --expect-duration's MIN (bound=min) or "
-                 "more than its MAX (bound=max), over the history the database keeps.",
-                 lambda j: None)
+                 "more than its MAX (bound=max).", lambda j: None)
 GENERATED = Family("pglock_metrics_timestamp_seconds", "gauge",
                    "When this exposition was read from the database (its clock; Unix time).",
                    lambda j: None)
 
-# The histogram's upper bounds (seconds): the durations operators write for cron jobs
-# (--expect-duration, --max-runtime, schedules), from a second to a day, about 2-3x apart.
-# A bound an operator is likely to alert on is a bucket's edge, so a quantile or a count
-# "over 5m" is exact there; 17 buckets keep a fleet's series count within reason.
-BUCKETS = (0.5, 1.0, 2.5, 5.0, 10.0, 30.0, 60.0, 120.0, 300.0, 600.0, 900.0, 1800.0, 3600.0,
-           7200.0, 14400.0, 28800.0, 86400.0)
-
-# Every finished run of the history with a duration, by job: a count per bucket, the
-# count, the sum, and those outside their --expect-duration (ledger.SHORTER, LONGER).
-# A scan of `runs` (O(history), unlike the job model's O(jobs)): pglock prune bounds it.
+# The schema's histogram bounds, seconds (migration 006: `finish` counts against them).
+BOUNDS = "SELECT value::float8[] FROM {schema}.meta WHERE key = 'duration_bounds'"
+# Every job's (or the one named) run-duration histogram, kept in its `jobs` row by
+# `finish` (sql/functions.sql) as each run ends: O(jobs), whatever the history's size.
+# A job with no run counted yet has NULL counters, and no row here.
 DURATIONS = """
-SELECT r.job, ARRAY[{buckets}]::bigint[], count(*),
-       coalesce(sum(extract(epoch FROM r.duration)), 0)::float8,
-       count(*) FILTER (WHERE r.error LIKE '%%ran shorter than expected: %%'),
-       count(*) FILTER (WHERE r.error LIKE '%%ran longer than expected: %%')
-FROM {{schema}}.runs r
-WHERE r.duration IS NOT NULL AND r.outcome NOT IN ('running', 'cleared')
-  AND (%(job)s::text IS NULL OR r.job = %(job)s::text)
-GROUP BY r.job
-""".format(buckets=", ".join(
-    f"count(*) FILTER (WHERE r.duration <= interval '{bound:g} seconds')" for bound in BUCKETS))
+SELECT j.job, j.duration_buckets, j.duration_count, j.duration_sum, j.runs_shorter,
+       j.runs_longer
+FROM {schema}.jobs j
+WHERE j.duration_count IS NOT NULL AND j.forgotten_at IS NULL
+  AND (%(job)s::text IS NULL OR j.job = %(job)s::text)
+"""
 
 
 @dataclass(frozen=True)
 class Durations:
-    """A job's finished runs by duration: cumulative counts per BUCKETS bound, the count,
-    the sum, and the runs below MIN / above MAX of their --expect-duration."""
+    """A job's runs by duration: cumulative counts per bound, the count, the sum, and the
+    runs below MIN / above MAX of their --expect-duration."""
 
     buckets: tuple[int, ...]
     count: int
@@ -163,22 +153,35 @@ class Durations:
 
 
 @dataclass(frozen=True)
+class Histograms:
+    """The schema's histogram bounds (seconds) and the jobs' counters, by job name."""
+
+    bounds: tuple[float, ...] = ()
+    jobs: dict[str, Durations] = field(default_factory=dict)
+
+
+@dataclass(frozen=True)
 class Exposition:
-    """What metrics renders: the job model's snapshot and the history's durations."""
+    """What metrics renders: the job model's snapshot and the jobs' duration histograms."""
 
     snapshot: Snapshot
-    durations: dict[str, Durations] = field(default_factory=dict)
+    histograms: Histograms = field(default_factory=Histograms)
 
 
 def read_durations(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None,
-                   ) -> dict[str, Durations]:
-    """Every job's (or the one named) duration histogram from the runs it keeps."""
+                   ) -> Histograms:
+    """Every job's (or the one named) duration histogram, as its runs' ends counted it."""
     with database.translated(f"cannot read the run durations of schema {schema_name!r}"):
         if not schema.readable(conn, schema_name):
-            return {}
-        rows = conn.execute(schema.query(DURATIONS, schema_name), {"job": job}).fetchall()
-    return {name: Durations(tuple(buckets), count, total, below, above)
-            for name, buckets, count, total, below, above in rows}
+            return Histograms()
+        cursor = conn.cursor(binary=True)
+        bounds = cursor.execute(schema.query(BOUNDS, schema_name)).fetchone()
+        rows = cursor.execute(schema.query(DURATIONS, schema_name), {"job": job}).fetchall()
+    assert bounds is not None
+    return Histograms(tuple(bounds[0]), {
+        name: Durations(tuple(buckets), count, total, below or 0, above or 0)
+        for name, buckets, count, total, below, above in rows})
+
 
 RUNS = Family("pglock_job_runs_total", "counter",
               "Finished runs of the job, by outcome.", lambda j: None)
@@ -205,52 +208,59 @@ def _bound(value: float) -> str:
 
 def render(found: Snapshot | Exposition) -> str:
     """The whole exposition: every family once, with a sample per job that has a value."""
+    return "".join(chunks(found))
+
+
+def chunks(found: Snapshot | Exposition) -> Iterator[str]:
+    """The exposition in pieces of whole lines, to be written as they come: with 10,000
+    jobs it is some 25 MB, which need not be held at once."""
     exposition = found if isinstance(found, Exposition) else Exposition(found)
     snapshot = exposition.snapshot
-    lines: list[str] = []
+    # Each job's name escaped once, not once per series.
+    names = [escape_label(job.name) for job in snapshot.jobs]
     for family in FAMILIES:
-        lines.extend(_header(family))
-        for job in snapshot.jobs:
+        lines = list(_header(family))
+        for job, name in zip(snapshot.jobs, names, strict=True):
             value = family.value(job)
             if value is not None:
-                lines.append(f'{family.name}{{job="{escape_label(job.name)}"}} {_number(value)}')
-    lines.extend(_header(RUNS))
-    for job in snapshot.jobs:
+                lines.append(f'{family.name}{{job="{name}"}} {_number(value)}')
+        yield "\n".join(lines) + "\n"
+    lines = list(_header(RUNS))
+    for job, name in zip(snapshot.jobs, names, strict=True):
         # Every outcome from zero, so that rate() and increase() see the first one.
-        for outcome in FINISHED:
-            count = job.counts.get(outcome, 0)
-            lines.append(f'{RUNS.name}{{job="{escape_label(job.name)}",outcome="{outcome}"}} '
-                         f"{count}")
-    lines.extend(_states(snapshot))
-    lines.extend(_durations(exposition))
-    lines.extend(_header(GENERATED))
+        lines.extend(f'{RUNS.name}{{job="{name}",outcome="{outcome}"}} '
+                     f"{job.counts.get(outcome, 0)}" for outcome in FINISHED)
+    yield "\n".join(lines) + "\n"
+    # Only the state the job is in, value 1 (as kube-state-metrics does for a container's
+    # waiting reason): one series per job, not one per state and job. `sum by (state)`
+    # still counts the fleet; a job's series changes its label when its state changes.
+    lines = list(_header(STATES))
+    lines.extend(f'{STATES.name}{{job="{name}",state="{job.state}"}} 1'
+                 for job, name in zip(snapshot.jobs, names, strict=True))
+    yield "\n".join(lines) + "\n"
+    yield from _durations(exposition, names)
+    lines = list(_header(GENERATED))
     lines.append(f"{GENERATED.name} {_number(snapshot.now.timestamp())}")
-    return "\n".join(lines) + "\n"
+    yield "\n".join(lines) + "\n"
 
 
-def _states(snapshot: Snapshot) -> Iterator[str]:
-    # Every state from zero, as kube-state-metrics does for a pod's phase: `sum by (state)`
-    # counts the fleet, and a job's series do not come and go with its state.
-    yield from _header(STATES)
-    for job in snapshot.jobs:
-        for state in State:
-            yield (f'{STATES.name}{{job="{escape_label(job.name)}",state="{state}"}} '
-                   f"{int(job.state is state)}")
-
-
-def _durations(exposition: Exposition) -> Iterator[str]:
-    # A job with no finished run yet has its histogram at zero, so increase() sees its first.
-    empty = Durations((0,) * len(BUCKETS), 0, 0.0)
-    yield from _header(DURATION)
-    for job in exposition.snapshot.jobs:
-        found, name = exposition.durations.get(job.name, empty), escape_label(job.name)
-        for bound, count in zip(BUCKETS, found.buckets, strict=True):
-            yield f'{DURATION.name}_bucket{{job="{name}",le="{_bound(bound)}"}} {count}'
-        yield f'{DURATION.name}_bucket{{job="{name}",le="+Inf"}} {found.count}'
-        yield f'{DURATION.name}_sum{{job="{name}"}} {_number(found.total)}'
-        yield f'{DURATION.name}_count{{job="{name}"}} {found.count}'
-    yield from _header(OUTSIDE)
-    for job in exposition.snapshot.jobs:
-        found, name = exposition.durations.get(job.name, empty), escape_label(job.name)
-        yield f'{OUTSIDE.name}{{job="{name}",bound="min"}} {found.below}'
-        yield f'{OUTSIDE.name}{{job="{name}",bound="max"}} {found.above}'
+def _durations(exposition: Exposition, names: list[str]) -> Iterator[str]:
+    # A job with no run counted yet has its histogram at zero, so increase() sees its first.
+    histograms, jobs = exposition.histograms, exposition.snapshot.jobs
+    bounds = [f'",le="{_bound(bound)}"}} ' for bound in histograms.bounds]
+    empty = Durations((0,) * len(bounds), 0, 0.0)
+    found = [histograms.jobs.get(job.name, empty) for job in jobs]
+    yield "\n".join(_header(DURATION)) + "\n"
+    for name, counts in zip(names, found, strict=True):
+        prefix = f'{DURATION.name}_bucket{{job="{name}'
+        lines = [f"{prefix}{bound}{count}"
+                 for bound, count in zip(bounds, counts.buckets, strict=True)]
+        lines.append(f'{prefix}",le="+Inf"}} {counts.count}')
+        lines.append(f'{DURATION.name}_sum{{job="{name}"}} {_number(counts.total)}')
+        lines.append(f'{DURATION.name}_count{{job="{name}"}} {counts.count}')
+        yield "\n".join(lines) + "\n"
+    lines = list(_header(OUTSIDE))
+    for name, counts in zip(names, found, strict=True):
+        lines.append(f'{OUTSIDE.name}{{job="{name}",bound="min"}} {counts.below}')
+        lines.append(f'{OUTSIDE.name}{{job="{name}",bound="max"}} {counts.above}')
+    yield "\n".join(lines) + "\n"

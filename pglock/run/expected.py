@@ -2,8 +2,9 @@
 running one passes MAX (docs/monitoring.md, "Expected durations").
 
 Nothing here stops the command (--max-runtime does): a run outside the range keeps its
-outcome, and the judgement goes where readers find it, the run's `error` note
-(ledger.SLOW, SHORTER, LONGER), the event log and --on-slow.
+outcome, and the judgement goes where readers find it: the run's `error` note in words
+(ledger.SLOW, SHORTER, LONGER), its side as a fact (RunResult.expected: runs.expected and
+the job's counters), the event log and --on-slow.
 """
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ log = logging.getLogger(__name__)
 
 def judged(result: RunResult, low: float | None, high: float | None,
            ) -> tuple[RunResult, str | None]:
-    """The result with its duration's note added to its error when outside MIN..MAX, and
-    which side (`shorter`, `longer`; None: within, or no range)."""
+    """The result with its duration's note added to its error and its side recorded
+    (`expected`) when outside MIN..MAX, and which side (`shorter`, `longer`; None: within,
+    or no range)."""
     note = ledger.expected_note(result.duration, low, high)
     if note is None:
         return result, None
     error = note if not result.error else f"{result.error}; {note}"
-    return result._replace(error=error), ledger.expected_side(note)
+    side = "shorter" if low is not None and result.duration < low else "longer"
+    return result._replace(error=error, expected=side), side
 
 
 class SlowWatch:

@@ -23,7 +23,7 @@ from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pglock.errors import UsageError
 from pglock.lock import clock
-from pglock.lock.ledger import Outcome, RunResult, expected_side
+from pglock.lock.ledger import Outcome, RunResult
 from pglock.run.told import Told
 from pglock.settings.durations import DURATIONS
 
@@ -128,14 +128,14 @@ class Notifier:
 
     def finished(self, result: RunResult, recorded: bool) -> None:
         """One attempt's end, once it is recorded (or given up on); `expected`: `shorter`
-        or `longer` than --expect-duration, when its error notes it."""
+        or `longer` than --expect-duration, when it was (RunResult.expected)."""
         if result.outcome is Outcome.LOCK_LOST:
             self.emit("lock_lost", warning=True, error=result.error)
         self.emit("finished", warning=result.outcome is not Outcome.SUCCEEDED,
                   outcome=str(result.outcome), exit_code=result.exit_code,
                   signal=result.signal, duration=round(result.duration, 3),
                   error=result.error, recorded=recorded,
-                  expected=expected_side(result.error))
+                  expected=result.expected)
 
     def slow(self, running_for: float, limit: float, env: dict[str, str]) -> None:
         """The running attempt passed --expect-duration's MAX: the `slow` event, then

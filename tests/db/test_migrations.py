@@ -7,6 +7,7 @@ functions of their version (sql/functions.sql holds the current ones)."""
 
 from __future__ import annotations
 
+import itertools
 import re
 from collections.abc import Iterator
 from importlib import resources
@@ -19,7 +20,7 @@ from conftest import Env
 from psycopg import sql
 
 from pglock.db import schema
-from pglock.lock import lease, ledger
+from pglock.lock import lease
 
 COLUMNS = """
 SELECT table_name, column_name, data_type, is_nullable, column_default
@@ -231,6 +232,16 @@ SELECT token, run_id FROM {schema}.acquire(
 """
 
 
+# What a pglock of versions 4 and 5 sends to end a run (version 6 adds p_expected, last and
+# with a default, so this still resolves).
+V5_FINISH = """
+SELECT * FROM {schema}.finish(
+    %(run_id)s, %(job)s, %(holder_id)s, %(fencing_token)s, %(min_hold)s, %(keep)s,
+    %(duration)s, %(exit_code)s, %(signal)s, %(outcome)s, %(error)s, %(output_tail)b,
+    %(closes)s, %(hopeless)s, %(error_line)s, %(lost_error)s, %(lost_error_line)s)
+"""
+
+
 def test_a_run_started_under_version_4_ends_after_the_seats_came(env: Env) -> None:
     """Version 5 adds the seats and a limit to acquire: a holder that took its lock and
     started its run through version 4's functions still ends it (finish keeps its
@@ -246,7 +257,7 @@ def test_a_run_started_under_version_4_ends_after_the_seats_came(env: Env) -> No
     assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [
         (str(schema.VERSION),)]
     with psycopg.connect(env.dsn, autocommit=True) as conn:
-        ended = conn.execute(schema.query(ledger.FINISH, env.schema), claim.params(
+        ended = conn.execute(schema.query(V5_FINISH, env.schema), claim.params(
             run_id=run_id, min_hold=None, keep=False, duration=None, exit_code=0, signal=None,
             outcome="succeeded", error=None, output_tail=None, closes=False, hopeless=False,
             error_line=None, lost_error=None, lost_error_line=None)).fetchone()
@@ -256,3 +267,60 @@ def test_a_run_started_under_version_4_ends_after_the_seats_came(env: Env) -> No
     assert (after.returncode, after.stdout) == (0, "1 1\n"), after
     assert [(r["seat"], r["outcome"]) for r in env.runs("old")] == [
         (None, "succeeded"), (1, "succeeded")]
+
+
+def histogram(env: Env, job: str) -> dict[str, float]:
+    """The job's pglock_job_duration_seconds samples, by `le` (and `sum`, `count`)."""
+    result = env.run("metrics", "--job", job)
+    assert (result.returncode, result.stderr) == (0, ""), result
+    found: dict[str, float] = {}
+    for line in result.stdout.splitlines():
+        matched = re.match(r'pglock_job_duration_seconds_(\w+)\{job="[^"]*"(?:,le="([^"]+)")?\}'
+                           r" (\S+)$", line)
+        if matched:
+            kind, le, value = matched.groups()
+            found[le if kind == "bucket" else kind] = float(value)
+    return found
+
+
+def test_version_6_fills_the_duration_histograms_from_the_history(env: Env) -> None:
+    """The histogram's counters start from the runs a version 5 database keeps: each run
+    whose end was recorded, in the buckets at or above its duration (a run of exactly a
+    bound is in that bound's bucket); abandoned, running and cleared rows are not counted.
+    Runs that end after the upgrade add to them."""
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(as_released(env.schema, 5))
+        conn.execute(schema.query(
+            "INSERT INTO {schema}.jobs (job, mode) VALUES ('timed', 'lease'), "
+            "('other', 'lease')", env.schema))
+        conn.execute(schema.query(
+            "INSERT INTO {schema}.runs (job, mode, holder, holder_pid, command, started_at,"
+            " duration, outcome) SELECT job, 'lease', 'h', 1, 'true', now(), took, outcome"
+            " FROM (VALUES ('timed', interval '0.5 s', 'succeeded'),"
+            " ('timed', interval '0.500001 s', 'failed'), ('timed', interval '1 s', 'killed'),"
+            " ('timed', interval '1 day', 'succeeded'),"
+            " ('timed', interval '25 hours', 'timed_out'),"
+            " ('timed', interval '2 s', 'abandoned'), ('timed', NULL, 'running'),"
+            " ('timed', NULL, 'cleared'), ('other', interval '10 s', 'succeeded'))"
+            " AS v(job, took, outcome)", env.schema))
+    result = env.run("run", "--job", "after", "--", "true")  # upgrades it
+    assert (result.returncode, result.stderr) == (0, ""), result
+    found = histogram(env, "timed")
+    assert (found["0.5"], found["1.0"], found["2.5"], found["28800.0"]) == (1, 3, 3, 3)
+    assert (found["86400.0"], found["+Inf"], found["count"]) == (4, 5, 5)
+    assert found["sum"] == pytest.approx(0.5 + 0.500001 + 1 + 86400 + 90000)
+    assert histogram(env, "other")["10.0"] == 1 and histogram(env, "other")["5.0"] == 0
+    result = env.run("run", "--job", "timed", "--", "true")
+    assert (result.returncode, result.stderr) == (0, ""), result
+    after = histogram(env, "timed")
+    assert (after["0.5"], after["86400.0"], after["count"]) == (2, 5, 6)
+
+
+def test_the_histogram_bounds_rise_from_a_second_to_a_day(env: Env) -> None:
+    """The bounds of migration 006, as finish and metrics read them: each at most 3x the
+    one below, so a quantile is never off by more than that."""
+    assert env.run("init", "-q").returncode == 0
+    [(bounds,)] = env.query(
+        "SELECT value::float8[] FROM {schema}.meta WHERE key = 'duration_bounds'")
+    assert bounds == sorted(set(bounds)) and bounds[0] <= 1 and bounds[-1] == 86400
+    assert all(b / a <= 3 for a, b in itertools.pairwise(bounds))

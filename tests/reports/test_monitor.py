@@ -163,6 +163,31 @@ def test_metrics_parse_and_show_each_state(jobs: Env) -> None:
     assert ("pglock_job_last_success_timestamp_seconds", (("job", "failing"),)) not in found
 
 
+def test_the_duration_histogram_survives_pruning_and_forgetting(env: Env) -> None:
+    """Its counters are kept as runs end, not read from the history: pglock prune deletes
+    runs and a Prometheus counter must not go down; a forgotten job that runs again goes
+    on from its counts."""
+    for _ in range(3):
+        run_ok(env, "counted", "--min-hold", "0")
+    env.query("UPDATE {schema}.runs SET started_at = started_at - interval '2 days', "
+              "finished_at = finished_at - interval '2 days'")
+    run_ok(env, "counted", "--min-hold", "0")
+
+    def count() -> float:
+        result = env.run("metrics", "--job", "counted")
+        assert (result.returncode, result.stderr) == (0, ""), result
+        return samples(result.stdout)["pglock_job_duration_seconds_count",
+                                      (("job", "counted"),)]
+
+    assert count() == 4
+    pruned = env.run("prune", "--older-than", "1d", "--yes")
+    assert pruned.returncode == 0 and pruned.stdout.startswith("deleted 3 runs"), pruned
+    assert len(env.runs("counted")) == 1 and count() == 4
+    assert env.run("forget", "--job", "counted", "--reason", "retired").returncode == 0
+    run_ok(env, "counted", "--min-hold", "0")
+    assert count() == 5
+
+
 @pytest.mark.slow  # waits out --connect-timeout
 def test_metrics_on_an_unreachable_database_fail_with_one_line(env: Env) -> None:
     result = env.run("metrics", "--dsn", "host=/nonexistent port=1", "--connect-timeout", "1")

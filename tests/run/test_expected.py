@@ -43,6 +43,8 @@ def test_a_run_below_inside_and_above_the_range_keeps_its_outcome_and_is_noted(e
     assert inside["error"] is None
     assert above["error"].startswith("ran longer than expected: ")
     assert above["error"].endswith("s, more than 1s (--expect-duration)")
+    # The side is a fact of the run, not read back from its words.
+    assert [r["expected"] for r in (below, inside, above)] == ["shorter", None, "longer"]
     finished = [e for e in events(log) if e["event"] == "finished"]
     assert [e.get("expected") for e in finished] == ["shorter", None, "longer"]
     # The third passed MAX while it ran: slow then, once.

@@ -576,7 +576,8 @@ CREATE OR REPLACE FUNCTION {schema}.finish(
     p_run_id bigint, p_job text, p_holder_id text, p_fencing_token bigint,
     p_min_hold interval, p_keep boolean, p_duration interval, p_exit_code integer,
     p_signal integer, p_outcome text, p_error text, p_output_tail bytea, p_closes boolean,
-    p_hopeless boolean, p_error_line text, p_lost_error text, p_lost_error_line text)
+    p_hopeless boolean, p_error_line text, p_lost_error text, p_lost_error_line text,
+    p_expected text DEFAULT NULL)
 RETURNS TABLE (ours boolean, kept boolean, recorded boolean, previous_outcome text,
                newest boolean)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
@@ -588,6 +589,9 @@ DECLARE
     v_closes boolean := p_closes;
     v_hopeless boolean := p_hopeless;
     v_error_line text := p_error_line;
+    -- The duration histogram's bounds (seconds; migration 006).
+    v_bounds float8[] := (SELECT value::float8[] FROM {schema}.meta
+                          WHERE key = 'duration_bounds');
 BEGIN
     PERFORM set_config('synchronous_commit', 'on', true);
     kept := false;
@@ -652,7 +656,7 @@ BEGIN
         UPDATE {schema}.runs r
         SET finished_at = r.started_at + p_duration, duration = p_duration,
             exit_code = p_exit_code, signal = p_signal, outcome = v_outcome,
-            error = v_error, output_tail = p_output_tail
+            error = v_error, output_tail = p_output_tail, expected = p_expected
         FROM previous p, {schema}.jobs j WHERE r.id = p.id AND j.job = r.job
         RETURNING r.id, r.job, r.slot, r.finished_at, r.duration, r.exit_code, r.outcome,
                   p.outcome AS was, r.id >= coalesce(j.last_finished_run_id, 0) AS newer
@@ -701,7 +705,22 @@ BEGIN
         skipped_running_streak = CASE WHEN f.newer AND f.slot IS NOT NULL
                                        AND (j.skipped_running_slot IS NULL
                                             OR j.skipped_running_slot <= f.slot)
-                                      THEN 0 ELSE j.skipped_running_streak END
+                                      THEN 0 ELSE j.skipped_running_streak END,
+        -- The duration histogram (metrics): every run whose end its holder records, once
+        -- (an abandoned one, not counted when marked so, when its end arrives late).
+        -- Counters: pglock prune, which deletes runs, leaves them as they are.
+        duration_buckets = CASE WHEN f.duration IS NULL THEN j.duration_buckets ELSE ARRAY(
+            SELECT coalesce(u.runs, 0) + (f.duration <= make_interval(secs => u.bound))::int
+            FROM unnest(j.duration_buckets, v_bounds) WITH ORDINALITY AS u(runs, bound, k)
+            ORDER BY u.k) END,
+        duration_count = CASE WHEN f.duration IS NULL THEN j.duration_count
+                              ELSE coalesce(j.duration_count, 0) + 1 END,
+        duration_sum = CASE WHEN f.duration IS NULL THEN j.duration_sum
+                            ELSE coalesce(j.duration_sum, 0)
+                                 + extract(epoch FROM f.duration)::float8 END,
+        runs_shorter = coalesce(j.runs_shorter, 0)
+                       + coalesce(p_expected = 'shorter', false)::int,
+        runs_longer = coalesce(j.runs_longer, 0) + coalesce(p_expected = 'longer', false)::int
     FROM finished f JOIN before b ON b.job = f.job LEFT JOIN slot_end d ON d.job = f.job
     WHERE j.job = f.job
     RETURNING true, b.last_outcome, f.newer INTO recorded, previous_outcome, newest;
@@ -757,7 +776,7 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
     {schema}.incarnation(),
     {schema}.release(text, text, bigint, interval, timestamptz),
     {schema}.finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer,
-                    text, text, bytea, boolean, boolean, text, text, text),
+                    text, text, bytea, boolean, boolean, text, text, text, text),
     {schema}.note(bigint, text, text),
     {schema}.holds(text, text, bigint)
 FROM PUBLIC;

@@ -18,10 +18,15 @@ def _signatures(text: str) -> set[str]:
 
 
 def _created() -> set[str]:
-    """The signatures (argument types) of the functions the file creates."""
+    """The signatures (argument types, without their defaults) of the functions the file
+    creates."""
     found = re.findall(r"CREATE OR REPLACE FUNCTION \{schema\}\.(\w+)\(([^)]*)\)", _functions())
-    return {f"{name}({', '.join(p.split(None, 1)[1] for p in params.split(',') if p.strip())})"
+    return {f"{name}({', '.join(_type(p) for p in params.split(',') if p.strip())})"
             for name, params in found}
+
+
+def _type(parameter: str) -> str:
+    return re.sub(r"\s+DEFAULT\s.*$", "", parameter.split(None, 1)[1].strip())
 
 
 def _revoked() -> set[str]:

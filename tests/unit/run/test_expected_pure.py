@@ -51,7 +51,7 @@ def test_a_finished_run_is_noted_outside_the_range_and_keeps_its_outcome(
     found, said = judged(result, 1.0, 300.0)
     assert said == side and found.outcome is Outcome.TIMED_OUT
     assert found.error == (note if note is not None else error)
-    assert ledger.expected_side(found.error) == side
+    assert found.expected == side
 
 
 @pytest.mark.parametrize("limit", [300.0, 0.5, 12.345, 86400.0 * 366])
@@ -60,7 +60,6 @@ def test_the_slow_note_gives_its_max_back(limit: float) -> None:
     assert ledger.slow_limit(note) == limit
     # As the error of an open run, after a failed hook's note or before anything.
     assert ledger.slow_limit("on-slow hook exited 1; " + note) == limit
-    assert ledger.expected_side(note) is None
     assert ledger.slow_limit("ran longer than expected: 1s, more than 0.5s "
                              "(--expect-duration)") is None
     assert ledger.slow_limit(None) is None
