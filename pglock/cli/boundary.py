@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pglock.errors import (
     ExitStatus,
     Interrupted,
+    LacksRole,
     OutputFailed,
     PglockError,
     PrivilegeError,
@@ -105,9 +106,10 @@ def guarded(command: Callable[[], int], args: list[str], checking: bool,
 
 def _privilege(error: Exception, args: list[str]) -> PglockError:
     """A refused privilege as the one line that names the role that has it; any other
-    error (and a schema that cannot be created, which says what to ask a DBA) as it is."""
+    error (a schema that cannot be created, which says what to ask a DBA, and a role that
+    names the built-in role it lacks) as it is."""
     detail = refused_privilege(error)
-    if detail is None or isinstance(error, SchemaError):
+    if detail is None or isinstance(error, SchemaError | LacksRole):
         return error if isinstance(error, PglockError) else PglockError(str(error))
     privilege = PrivilegeError(args[0] if args else "pglock", detail)
     privilege.__cause__ = error

@@ -58,6 +58,20 @@ def test_pause_all_covers_jobs_never_seen_and_resume_all_undoes_it(env: Env) -> 
     assert audit(env) == [(None, "pause", "database migration"), (None, "resume", None)]
 
 
+def test_resume_all_names_the_jobs_paused_one_by_one(env: Env) -> None:
+    for job in ("inv", "sync", "free"):
+        assert env.run("run", "--job", job, "--min-hold", "0", "--", "true").returncode == 0
+    for job in ("sync", "inv"):
+        assert env.run("pause", "--job", job, "--reason", "own").returncode == 0
+    assert env.run("pause", "--all", "--reason", "migration").returncode == 0
+    resumed = env.run("resume", "--all")
+    assert (resumed.returncode, resumed.stderr) == (0, ""), resumed
+    assert resumed.stdout == ("resumed every job\n"
+                              "still paused one by one: inv, sync (pglock resume --job NAME)\n")
+    assert env.run("run", "--job", "free", "--min-hold", "0", "--", "true").returncode == 0
+    assert env.run("run", "--job", "inv", "--min-hold", "0", "--", "true").returncode == 75
+
+
 def test_pause_while_running_lets_the_run_finish(env: Env) -> None:
     with holding(env, "long") as holder:
         paused = env.run("pause", "--job", "long", "--reason", "window")

@@ -149,6 +149,26 @@ def test_the_operator_does_everything(env: Env, roles: dict[str, str]) -> None:
         ("pause",), ("resume",), ("forget",), ("clear",)]
 
 
+def test_clear_terminate_without_pg_signal_backend_names_it(env: Env,
+                                                             roles: dict[str, str]) -> None:
+    """The operator clears the lock but may not end the runner's session: it is told the
+    built-in role it lacks, not the pglock_operator role it has, and exits 1 (not done)."""
+    holder, _ = env.start_holder("j-adv", "--mode", "advisory", "--dsn", roles["runner"],
+                                 "--ttl", "5s")
+    try:
+        cleared = env.run("clear", "--dsn", roles["operator"], "--job", "j-adv", "--yes",
+                          "--now", "--terminate", "--reason", "test")
+        assert cleared.returncode == 1, cleared
+        assert "cleared" in cleared.stdout, cleared
+        line = one_line(cleared.stderr)
+        assert line.startswith("pglock: cleared, but cannot terminate backend "), line
+        assert "this role lacks pg_signal_backend" in line, line
+        assert "pglock_operator" not in line, line
+    finally:
+        holder.communicate(timeout=30)
+    assert holder.returncode == 125
+
+
 @pytest.mark.slow
 def test_a_runner_cannot_take_over_a_live_lease(env: Env, roles: dict[str, str]) -> None:
     holder, _ = env.start_holder("held", "--dsn", roles["runner"])
