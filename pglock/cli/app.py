@@ -53,11 +53,17 @@ def _complete_job(ctx: typer.Context, incomplete: str) -> list[str]:
     return job_names(ctx.params.get("dsn"), ctx.params.get("schema"), incomplete)
 
 
-def normalized_job(job: str | None) -> str | None:
+def normalized_job(ctx: typer.Context, param: typer.CallbackParam,
+                   job: str | None) -> str | None:
     """Every job name that enters, checked at parse time (before any database is touched)
     and in the form pglock compares (NFC; docs/decisions.md)."""
+    from typer._click.core import ParameterSource
+
     from pglock.settings.config import check_job
 
+    if job == "" and param.name and ctx.get_parameter_source(param.name) is (
+            ParameterSource.DEFAULT):
+        return job  # run without --job: starting.start says --job is missing
     return None if job is None else check_job(job)
 
 
