@@ -93,6 +93,8 @@ def test_the_runner_runs_jobs_in_both_modes_and_nothing_else(env: Env,
         code, command, role = refused(env, runner, *args)
         assert (command, role) == (args[0], "pglock_reader")
         assert code == (125 if args[0] == "metrics" else 1)
+    # check answers UNKNOWN (3), and names the role too (docs/security.md says it does).
+    assert refused(env, runner, "check") == (3, "check", "pglock_reader")
     # Nothing an operator command did got through.
     assert env.query("SELECT job FROM {schema}.pauses") == []
     assert len(env.query("SELECT 1 FROM {schema}.jobs WHERE forgotten_at IS NULL")) == 4
