@@ -435,11 +435,12 @@ def decoded(tail: bytes) -> str:
 
 def printable(line: str) -> str:
     """A line of output with its control characters made visible as `cat -v` does (^[, ^M),
-    so that no escape sequence reaches a screen, a mail or a file."""
+    so that no escape sequence reaches a screen, a mail or a file. A carriage return before
+    the line's end is shown too (`^M`): a CRLF output looks as it is, as `cat -v` shows it."""
     if line.isprintable():
         return line
     shown = []
-    for char in line.removesuffix("\r"):
+    for char in line:
         code = ord(char)
         if char == "\t":
             shown.append(char)
