@@ -22,6 +22,8 @@ COMMAND_VARIABLES = {
                    "seat's)",
     "PGLOCK_ATTEMPT": "the attempt (1-based; with --retries, and with --schedule counted over "
                       "every host's attempts at the slot): with PGLOCK_SLOT, an idempotency key",
+    "PGLOCK_DSN": "when pglock got it, without its password: the same database for a nested "
+                  "pglock run, which authenticates by ~/.pgpass or the like (docs/security.md)",
 }
 
 
