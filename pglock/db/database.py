@@ -73,7 +73,7 @@ def without_password(conninfo: str) -> str | None:
     except (psycopg.ProgrammingError, UnicodeError):
         return None
     fields.pop("password", None)
-    return libpq_conninfo.make_conninfo(**fields)
+    return libpq_conninfo.make_conninfo("", **fields)
 
 
 def describe(conninfo: str) -> str:

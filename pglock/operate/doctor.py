@@ -38,6 +38,11 @@ class Purpose(enum.StrEnum):
     READER = "reader"
     OPERATOR = "operator"
 
+    @property
+    def host(self) -> str:
+        """`a runner host`, `an operator host`."""
+        return f"{'an' if self is Purpose.OPERATOR else 'a'} {self} host"
+
 
 # The capabilities (CAPABILITIES' columns, in order) and the purpose that needs each.
 CAN = {"run jobs": Purpose.RUNNER, "read status, history, check and metrics": Purpose.READER,
@@ -241,11 +246,11 @@ def _for_purpose(found: Finding, can: dict[str, bool] | None,
     if can is None or found.level is Level.FAIL:
         return found
     if purpose is None:
-        return Finding("schema", Level.OK, f"{found.detail} (judged as a "
-                       f"{_widest(can)} host: --purpose says otherwise)")
+        return Finding("schema", Level.OK, f"{found.detail} (judged as "
+                       f"{_widest(can).host}: --purpose says otherwise)")
     needed = [what for what, yes in can.items() if not yes and CAN[what] is purpose]
     if needed:
-        return Finding("schema", Level.FAIL, f"{found.detail}; a {purpose} host needs to "
+        return Finding("schema", Level.FAIL, f"{found.detail}; {purpose.host} needs to "
                        f"{needed[0]}", f"`pglock init --print-grants --{purpose}-role ROLE`, "
                        "run by the schema's owner (docs/security.md)")
     return Finding("schema", Level.OK, found.detail)
@@ -334,8 +339,8 @@ def _signal_backend(conn: psycopg.Connection[Any], purpose: Purpose) -> Finding:
         return Finding("terminate", Level.OK, "this role may end a holder's backend "
                        "(clear --terminate)")
     if purpose is not Purpose.OPERATOR:
-        return Finding("terminate", Level.OK, f"no pg_signal_backend, which a {purpose} "
-                       "host does not need (only clear --terminate does)")
+        return Finding("terminate", Level.OK, f"no pg_signal_backend, which {purpose.host} "
+                       "does not need (only clear --terminate does)")
     return Finding("terminate", Level.WARN,
                    "this role lacks pg_signal_backend: clear --terminate cannot end an advisory "
                    "holder's session", "GRANT pg_signal_backend TO the pglock role (optional)")
