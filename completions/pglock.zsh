@@ -5,4 +5,8 @@ _pglock_completion() {
   eval $(env _TYPER_COMPLETE_ARGS="${words[1,$CURRENT]}" _PGLOCK_COMPLETE=complete_zsh pglock)
 }
 
-compdef _pglock_completion pglock
+if [[ $zsh_eval_context[-1] == loadautofunc ]]; then
+  _pglock_completion "$@"
+else
+  compdef _pglock_completion pglock
+fi

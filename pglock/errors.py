@@ -32,7 +32,8 @@ class ExitStatus(enum.IntEnum):
                   "ran here; clear or prune was not confirmed, or the lock to clear changed "
                   "hands meanwhile; stop found nothing running, or its holder did not react "
                   "within its ttl (stop --wait); forget found the job running; the "
-                  "database role lacks a privilege the command needs (docs/security.md)",
+                  "database role lacks a privilege the command needs (docs/security.md; "
+                  "clear --terminate: pg_signal_backend)",
                REPORTS)
     USAGE = (2, "usage error: bad option, duration, size or job name; no command given; a "
                 "bad [jobs.NAME] table in the config file", EVERY)
@@ -103,6 +104,14 @@ class PrivilegeError(PglockError):
         # have no such meaning (run, check, metrics, init): pglock failed (125).
         self.exit_status = (ExitStatus.FAILURE if command in REPORTS
                             else ExitStatus.INTERNAL)
+
+
+class LacksRole(PglockError):
+    """The database refused for want of a built-in role pglock names itself (clear
+    --terminate's pg_signal_backend): not done (1), as any refused privilege of an
+    operator's command; the message, not the boundary, says which role."""
+
+    exit_status = ExitStatus.FAILURE
 
 
 def refused_privilege(error: BaseException) -> str | None:

@@ -140,12 +140,31 @@ def generated() -> dict[Path, str]:
         first, compdef, rest = script.partition("#compdef pglock\n")
         first = compdef if shell == "zsh" and not first else ""
         body = rest if first else script
+        if shell == "zsh":
+            body = _zsh_autoloadable(body)
         files[ROOT / "completions" / f"pglock.{shell}"] = f"{first}# {HEADER}\n{body}\n"
     files[ROOT / "README.md"] = fill(readme((ROOT / "README.md").read_text()), "README.md")
     for doc in sorted((ROOT / "docs").glob("*.md")):
         files[doc] = fill(doc.read_text(), f"docs/{doc.name}")
     files[ROOT / "pglock" / "run" / "flags.py"] = run_flags(group.commands["run"])
     return files
+
+
+# Autoloaded from $fpath, the file is the body of _pglock, run at the first TAB: typer's
+# script only defines the function and registers it (compdef), so that first TAB would
+# complete nothing. Then it completes too; sourced, it registers only, as before.
+ZSH_TAIL = """\
+if [[ $zsh_eval_context[-1] == loadautofunc ]]; then
+  _pglock_completion "$@"
+else
+  compdef _pglock_completion pglock
+fi"""
+
+
+def _zsh_autoloadable(script: str) -> str:
+    register = "compdef _pglock_completion pglock"
+    assert script.rstrip().endswith(register), "typer's zsh script changed: see ZSH_TAIL"
+    return script.rstrip().removesuffix(register) + ZSH_TAIL
 
 
 def _plain(value: object) -> object:

@@ -53,11 +53,17 @@ def _complete_job(ctx: typer.Context, incomplete: str) -> list[str]:
     return job_names(ctx.params.get("dsn"), ctx.params.get("schema"), incomplete)
 
 
-def normalized_job(job: str | None) -> str | None:
+def normalized_job(ctx: typer.Context, param: typer.CallbackParam,
+                   job: str | None) -> str | None:
     """Every job name that enters, checked at parse time (before any database is touched)
     and in the form pglock compares (NFC; docs/decisions.md)."""
+    from typer._click.core import ParameterSource
+
     from pglock.settings.config import check_job
 
+    if job == "" and param.name and ctx.get_parameter_source(param.name) is (
+            ParameterSource.DEFAULT):
+        return job  # run without --job: starting.start says --job is missing
     return None if job is None else check_job(job)
 
 
@@ -253,6 +259,10 @@ def run(
 def init(
     print_sql: Annotated[bool, typer.Option(
         "--print-sql", help="Print the DDL for a DBA instead of applying it.")] = False,
+    print_upgrade: Annotated[bool, typer.Option(
+        "--print-upgrade", help="Print the SQL that creates the schema or upgrades it to "
+        "this version, as one transaction for a DBA to apply; read-only, runs nothing (only "
+        "an SQL comment when the schema is this version).")] = False,
     print_grants: Annotated[bool, typer.Option(
         "--print-grants", help="Print the SQL that creates the group roles pglock_runner, "
         "pglock_reader and pglock_operator and grants them what they need on the schema "
@@ -280,6 +290,8 @@ def init(
     Example: pglock init --print-sql | psql -d app
 
     Example: pglock init --print-grants --runner-role web1 | psql -d app
+
+    Example: pglock init --print-upgrade > upgrade.sql && psql -d app -f upgrade.sql
     """
     _configure_output(verbose, quiet)
     from pglock.db import schema as schema_module
@@ -290,8 +302,8 @@ def init(
                "pglock_operator": operator_role or []}
     if any(members.values()) and not print_grants:
         raise UsageError("--runner-role, --reader-role and --operator-role need --print-grants")
-    if print_sql and print_grants:
-        raise UsageError("--print-sql and --print-grants: one at a time")
+    if print_sql + print_grants + print_upgrade > 1:
+        raise UsageError("--print-sql, --print-grants and --print-upgrade: one at a time")
     if print_sql:
         say(schema_module.ddl(config.configured_schema(schema)).as_string(None))
         return 0
@@ -302,6 +314,12 @@ def init(
             if not name or len(name.encode()) > 63 or "\x00" in name:
                 raise UsageError(f"role name {name!r}: 1-63 bytes")
         say(roles.grants(config.configured_schema(schema), members).as_string(None))
+        return 0
+    if print_upgrade:
+        with connected(dsn, schema, connect_timeout, "init") as (conn, _, name):
+            script = schema_module.upgrade_script(conn, name)
+        say(script if script is not None else
+            f"-- schema {name!r} is version {schema_module.VERSION} already: nothing to apply")
         return 0
     with connected(dsn, schema, connect_timeout, "init") as (conn, place, name):
         schema_module.ensure(conn, name)

@@ -16,6 +16,7 @@ from collections.abc import Callable
 from pglock.errors import (
     ExitStatus,
     Interrupted,
+    LacksRole,
     OutputFailed,
     PglockError,
     PrivilegeError,
@@ -77,7 +78,7 @@ def guarded(command: Callable[[], int], args: list[str], checking: bool,
     except OutputFailed as error:
         return output_failed(error, args)
     except PglockError as error:
-        error = _privilege(error, args)
+        error = privilege_named(error, args)
         say_error(str(error), error, args)
         if checking and not _State.output_configured:
             # Refused while its options were parsed (a bad --job): UNKNOWN, as for click's.
@@ -89,7 +90,7 @@ def guarded(command: Callable[[], int], args: list[str], checking: bool,
         return int(error.exit_status)
     except Exception as error:
         if refused_privilege(error) is not None:
-            privilege = _privilege(error, args)
+            privilege = privilege_named(error, args)
             say_error(str(privilege), privilege, args)
             if checking:
                 answer(f"PGLOCK UNKNOWN - {privilege}")
@@ -103,11 +104,12 @@ def guarded(command: Callable[[], int], args: list[str], checking: bool,
         return ExitStatus.INTERNAL
 
 
-def _privilege(error: Exception, args: list[str]) -> PglockError:
+def privilege_named(error: Exception, args: list[str]) -> PglockError:
     """A refused privilege as the one line that names the role that has it; any other
-    error (and a schema that cannot be created, which says what to ask a DBA) as it is."""
+    error (a schema that cannot be created, which says what to ask a DBA, and a role that
+    names the built-in role it lacks) as it is."""
     detail = refused_privilege(error)
-    if detail is None or isinstance(error, SchemaError):
+    if detail is None or isinstance(error, SchemaError | LacksRole):
         return error if isinstance(error, PglockError) else PglockError(str(error))
     privilege = PrivilegeError(args[0] if args else "pglock", detail)
     privilege.__cause__ = error

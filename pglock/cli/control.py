@@ -151,6 +151,9 @@ def _resumed_lines(done: Resumed) -> list[str]:
     if done.all_paused_since is not None:
         lines.append(f"every job is still paused (pause --all since "
                      f"{when(done.all_paused_since)}): pglock resume --all")
+    if done.still_paused:
+        lines.append(f"still paused one by one: {named(done.still_paused)} "
+                     "(pglock resume --job NAME)")
     return lines
 
 

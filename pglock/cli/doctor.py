@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import json
+from typing import Annotated
+
+import typer
 
 from pglock.cli.app import (
     ConnectTimeout,
@@ -15,13 +18,17 @@ from pglock.cli.app import (
     app,
     say,
 )
-from pglock.errors import ConfigError
+from pglock.errors import ConfigError, UsageError
 from pglock.settings.durations import parse_duration
 
 
 @app.command()
 def doctor(
     as_json: Json = False,
+    purpose: Annotated[str | None, typer.Option(
+        "--purpose", metavar="runner|reader|operator", show_default=False,
+        help="What this host's role is for; each check is judged by it (default: the widest "
+             "the role can do). A runner or reader needs no pg_signal_backend.")] = None,
     dsn: Dsn = None, schema: Schema = None, connect_timeout: ConnectTimeout = "10s",
     verbose: Verbose = False, quiet: Quiet = False,
 ) -> int:
@@ -31,9 +38,14 @@ def doctor(
     reachable and the primary, its version, the schema and this role's privileges,
     pg_signal_backend, role timeouts, synchronous_commit, connection headroom, a
     transaction-pooling proxy, replication (a synchronous standby?), this host's clock
-    against the server's. Changes nothing. Exit 0 all OK, 1 a WARN, 2 a FAIL.
+    against the server's. Changes nothing. Exit 0 all OK, 1 a WARN, 2 a FAIL. Each check
+    is judged by the host's purpose: what a runner or reader does not need (pg_signal_backend,
+    the operator's privileges, the standbys' state) is no WARN there, so configuration
+    management can require exit 0.
 
     Example: pglock doctor --dsn "host=db1,db2 dbname=ops user=pglock"
+
+    Example: pglock doctor --purpose runner -q || echo "pglock is not set up here"
     """
     _configure_output(verbose, quiet)
     from pglock.db import database
@@ -41,11 +53,15 @@ def doctor(
     from pglock.settings import config
 
     timeout = parse_duration(connect_timeout, option="--connect-timeout")
+    if purpose is not None and purpose not in {str(p) for p in core.Purpose}:
+        raise UsageError(f"--purpose: {purpose!r} is not one of runner, reader, operator")
+    judged = None if purpose is None else core.Purpose(purpose)
     name = config.configured_schema(schema)
     try:
         target = config.resolve_target(dsn)
         with database.opened(target) as conninfo:
-            diagnosis = core.diagnose(target, name, conninfo, timeout=timeout)
+            diagnosis = core.diagnose(target, name, conninfo, timeout=timeout,
+                                      purpose=judged)
     except ConfigError as error:
         diagnosis = core.Diagnosis("", [core.Finding(
             "database", core.Level.FAIL, str(error), "fix the DSN or the config file")])

@@ -33,6 +33,11 @@ def crontab(
     user: Annotated[str | None, typer.Option(
         "--user", "-u", metavar="USER", show_default=False,
         help="Write an /etc/cron.d file's lines, which run as USER.")] = None,
+    tz_by: Annotated[str | None, typer.Option(
+        "--tz-by", metavar="cron|pglock", show_default=False,
+        help="How jobs with tz fire in their zone: cron (a CRON_TZ line: cronie; Debian's "
+             "and Ubuntu's cron ignore it) or pglock (started every minute, pglock runs each "
+             "slot once; any cron). Required when a job has tz.")] = None,
     verbose: Verbose = False,
     quiet: Quiet = False,
 ) -> int:
@@ -42,7 +47,7 @@ def crontab(
     and pglock read the one schedule. Install it with `pglock crontab | crontab -` (it
     replaces the user's crontab), or `pglock crontab --user app > /etc/cron.d/pglock`.
 
-    Example: pglock crontab --user app > /etc/cron.d/pglock
+    Example: pglock crontab --user app --tz-by pglock > /etc/cron.d/pglock
     """
     _configure_output(verbose, quiet)
     from pglock.cli import render
@@ -54,7 +59,7 @@ def crontab(
         where = "no config file found" if path is None else f"config file {shown(str(path))}"
         raise UsageError(f"no jobs configured ({where}): add [jobs.NAME] tables with a "
                          "command and a schedule (docs/jobs-file.md)")
-    render.write(core.fragment(path, jobs, core.program(), user))
+    render.write(core.fragment(path, jobs, core.program(), user, tz_by))
     return 0
 
 

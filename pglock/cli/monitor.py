@@ -100,8 +100,12 @@ def check(
         thresholds.validate()
         report = checks.evaluate(_snapshot(dsn, schema, connect_timeout, job, "check"),
                                  thresholds, job)
-    except PglockError as error:
-        # Not an error exit: a plugin answers UNKNOWN on stdout, the reason on stderr too.
+    except PglockError as caught:
+        from pglock.cli.boundary import privilege_named
+
+        # Not an error exit: a plugin answers UNKNOWN on stdout, the reason on stderr too;
+        # a refused privilege names the role that has it, as every command's does.
+        error = privilege_named(caught, ["check"])
         logging.getLogger("pglock").error("%s", error)
         report = checks.unknown(str(error))
     say(checks.render_json(report) if json_output else checks.render_text(report))

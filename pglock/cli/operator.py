@@ -210,5 +210,6 @@ def prune(
                       f"{format_duration(seconds)} ago from {place} (schema {name})",
                  "delete them")
         deleted, cutoff = admin.prune(conn, name, seconds)
-    _say(f"deleted {deleted} runs that finished before {when(cutoff, zone=True)}", quiet)
+    runs = "1 run that" if deleted == 1 else f"{deleted} runs that"
+    _say(f"deleted {runs} finished before {when(cutoff, zone=True)}", quiet)
     return 0

@@ -359,10 +359,11 @@ def history_screen(found: History, place: str, schema: str) -> Screen:
 
 
 def summary_line(job: str, summary: Summary) -> str:
+    runs = "1 run" if summary.runs == 1 else f"{summary.runs} runs"
     if not summary.finished:
-        return f"{job}: {summary.runs} runs, none finished"
+        return f"{job}: {runs}, none finished"
     rate = summary.success_rate or 0.0
-    return (f"{job}: {summary.runs} runs ({summary.finished} finished), success "
+    return (f"{job}: {runs} ({summary.finished} finished), success "
             f"{rate:.0%} ({summary.succeeded}/{summary.finished}), duration p50 "
             f"{took(summary.p50)}, p95 {took(summary.p95)}, max {took(summary.max)}")
 
@@ -434,11 +435,12 @@ def decoded(tail: bytes) -> str:
 
 def printable(line: str) -> str:
     """A line of output with its control characters made visible as `cat -v` does (^[, ^M),
-    so that no escape sequence reaches a screen, a mail or a file."""
+    so that no escape sequence reaches a screen, a mail or a file. A carriage return before
+    the line's end is shown too (`^M`): a CRLF output looks as it is, as `cat -v` shows it."""
     if line.isprintable():
         return line
     shown = []
-    for char in line.removesuffix("\r"):
+    for char in line:
         code = ord(char)
         if char == "\t":
             shown.append(char)

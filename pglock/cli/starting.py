@@ -33,6 +33,11 @@ def start(values: dict[str, Any], from_environment: Collection[str],
     if unused := set(values) - STARTED_FROM:
         # An option added to cli.run but not passed on here would be dropped silently.
         raise AssertionError(f"runline.start does not pass on {sorted(unused)}")
+    if "job" in defaulted:
+        from pglock.errors import UsageError
+
+        # Not "the job name is empty": the operator gave none, and should hear which option.
+        raise UsageError("--job is missing: pglock run --job NAME [-- COMMAND [ARG...]]")
     from pglock.db import database
     from pglock.run.options import run_options
     from pglock.run.slot import execute

@@ -65,6 +65,17 @@ def carries_password(conninfo: str) -> bool:
     return bool(_parsed(conninfo).get("password")) or redact.redact(conninfo) != conninfo
 
 
+def without_password(conninfo: str) -> str | None:
+    """The DSN with no password in it, pointing at the same database (for the commands'
+    environment: docs/security.md); None when it does not parse."""
+    try:
+        fields = libpq_conninfo.conninfo_to_dict(conninfo)
+    except (psycopg.ProgrammingError, UnicodeError):
+        return None
+    fields.pop("password", None)
+    return libpq_conninfo.make_conninfo("", **fields)
+
+
 def describe(conninfo: str) -> str:
     """host:port/dbname of a DSN for humans, from fields that cannot carry a password."""
     where = redact.place(conninfo, _parsed(conninfo))

@@ -61,6 +61,48 @@ def upgrade_sql(schema: str, current: int) -> sql.Composed:
                                     if version > current])
 
 
+# What `init --print-upgrade` wraps around the SQL: one transaction under the creation
+# lock, so a pglock upgrading at the same moment waits; and a guard, so a script printed
+# for one version cannot be applied to another (psql then rolls the whole of it back).
+_SCRIPT_GUARD = """
+BEGIN;
+SELECT pg_advisory_xact_lock({key});
+DO $guard$ BEGIN
+    IF {expected}::int IS DISTINCT FROM (SELECT max(value::int) FROM {schema}.meta
+                                          WHERE key = 'version') THEN
+        RAISE EXCEPTION 'schema % is not version %: print the upgrade again',
+            {schema_name}, {expected}::text;
+    END IF;
+END $guard$;
+"""
+_SCRIPT_NEW = """
+BEGIN;
+SELECT pg_advisory_xact_lock({key});
+"""
+
+
+def upgrade_script(conn: psycopg.Connection[Any], schema: str) -> str | None:
+    """The SQL a privileged role applies to create the schema or bring it to this version,
+    in one guarded transaction; None when it is this version already. Nothing is run."""
+    try:
+        row = conn.execute(query(_READ_VERSION, schema)).fetchone()
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        row = None
+        head, body = _SCRIPT_NEW, ddl(schema)
+    except psycopg.Error as error:
+        raise SchemaError(f"cannot read schema {schema!r}: {first_line(error)}") from error
+    else:
+        _check(row, schema)
+        assert row is not None
+        if row[0] == VERSION:
+            return None
+        head, body = _SCRIPT_GUARD, upgrade_sql(schema, row[0])
+    guard = sql.SQL(head).format(
+        key=sql.Literal(advisory_key(schema, "")), schema=sql.Identifier(schema),
+        schema_name=sql.Literal(schema), expected=sql.Literal(None if row is None else row[0]))
+    return sql.Composed([guard, body, sql.SQL("\nCOMMIT;")]).as_string(None)
+
+
 def _with_functions(schema: str, texts: list[str]) -> sql.Composed:
     texts = [*texts, _sql("functions.sql").read_text()]
     return sql.Composed([query(text, schema) for text in texts])
@@ -124,8 +166,8 @@ def create(conn: psycopg.Connection[Any], schema: str) -> None:
                 conn.execute(upgrade_sql(schema, row[0]))
     except psycopg.errors.InsufficientPrivilege as error:
         raise SchemaError(f"cannot create or upgrade schema {schema!r}: {first_line(error)}; "
-                          "ask a DBA to run the output of `pglock init --print-sql` (new) or "
-                          "`pglock init --print-upgrade` (existing)") from error
+                          "ask a DBA to run `pglock init` as its owner, or to apply what "
+                          "`pglock init --print-upgrade` prints") from error
     except psycopg.errors.ReadOnlySqlTransaction as error:
         raise DatabaseError("the server is read-only; pglock needs the primary") from error
     except psycopg.Error as error:

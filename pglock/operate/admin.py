@@ -17,7 +17,7 @@ from typing import Any
 import psycopg
 
 from pglock.db import database, schema
-from pglock.errors import DatabaseError
+from pglock.errors import DatabaseError, LacksRole
 from pglock.reports.jobs import Job, Lock
 from pglock.settings import config
 
@@ -185,9 +185,11 @@ def terminate(conn: psycopg.Connection[Any], lock: Lock) -> str:
     try:
         row = conn.execute(TERMINATE, {"pid": lock.backend_pid}).fetchone()
     except psycopg.errors.InsufficientPrivilege as error:
-        raise CannotTerminate(
-            f"cannot terminate backend {lock.backend_pid}: this role lacks pg_signal_backend "
-            f"(a DBA can GRANT pg_signal_backend TO it): {database.first_line(error)}") from error
+        # The lock is cleared already; only the session lives on until its holder notices.
+        raise LacksRole(
+            f"cleared, but cannot terminate backend {lock.backend_pid}: this role lacks "
+            f"pg_signal_backend (a DBA can GRANT pg_signal_backend TO it): "
+            f"{database.first_line(error)}") from error
     except psycopg.Error as error:
         raise CannotTerminate(f"cannot terminate backend {lock.backend_pid}: "
                               f"{database.first_line(error)}") from error

@@ -76,6 +76,13 @@ SELECT paused_at FROM {schema}.pauses
 WHERE job = '' AND (until IS NULL OR until > clock_timestamp())
 """
 
+# The jobs paused one by one, which `resume --all` leaves paused (each has its own reason).
+STILL_ONE = """
+SELECT job FROM {schema}.pauses
+WHERE job <> '' AND (until IS NULL OR until > clock_timestamp())
+ORDER BY job
+"""
+
 STOP = """
 WITH asked AS (
     UPDATE {schema}.locks l
@@ -208,12 +215,13 @@ class Paused:
 
 @dataclass(frozen=True)
 class Resumed:
-    """What `resume` did: the jobs it resumed, those that were not paused, and whether
-    every job is still paused by `pause --all`."""
+    """What `resume` did: the jobs it resumed, those that were not paused, whether every
+    job is still paused by `pause --all`, and (after --all) the jobs paused one by one."""
 
     resumed: list[str]
     not_paused: list[str]
     all_paused_since: datetime | None
+    still_paused: list[str]
 
 
 @dataclass(frozen=True)
@@ -291,9 +299,11 @@ def resume(conn: psycopg.Connection[Any], schema_name: str, jobs: list[str], *, 
             rows = conn.execute(schema.query(RESUME, schema_name),
                                 {"jobs": targets, "by": by, "reason": reason}).fetchall()
             still = conn.execute(schema.query(STILL_ALL, schema_name)).fetchone()
+            one_by_one = ([row[0] for row in conn.execute(
+                schema.query(STILL_ONE, schema_name)).fetchall()] if every else [])
     resumed = [job for job, active, _ in rows if active]
     return Resumed(resumed, [job for job in targets if job not in resumed],
-                   None if still is None else still[0])
+                   None if still is None else still[0], one_by_one)
 
 
 def stop(conn: psycopg.Connection[Any], schema_name: str, job: str, *, reason: str,

@@ -2,10 +2,17 @@
 
 Each line carries the job's schedule for cron, and runs `pglock run --job NAME` with
 PGLOCK_CONFIG naming the file it came from, so that pglock reads the same table (the same
-schedule, for its slots) whatever the cron user's own config search would find. A job
-with `tz` gets a CRON_TZ line before it: cronie reads its fire times in that zone (and
-passes CRON_TZ on; the table's `tz` wins over it in pglock). The jobs with a zone come
-last, grouped by zone, so that the lines without one keep the crontab's own zone.
+schedule, for its slots) whatever the cron user's own config search would find.
+
+A job with `tz` needs a cron that fires in its zone, and Debian's and Ubuntu's cron
+ignore CRON_TZ (the job would fire in the host's zone, an hour off half the year, and
+be skipped past its deadline, silently). So the operator says how (`--tz-by`): `cron`
+writes a CRON_TZ line before it, which cronie reads (and passes on; the table's `tz`
+wins over it in pglock); `pglock` starts it every minute on any cron, and pglock, which
+reads the schedule in the job's zone, runs each slot once (the other minutes cost one
+statement and exit 75). The jobs with a zone come last, grouped by zone, so that the
+lines without one keep the crontab's own zone. Without `--tz-by`, a job with `tz` is
+refused.
 """
 
 from __future__ import annotations
@@ -53,28 +60,48 @@ def _cron_text(text: str, what: str) -> str:
     return text
 
 
+# How the jobs with `tz` fire in their zone (`--tz-by`).
+TZ_BY = ("cron", "pglock")
+EVERY_MINUTE = "* * * * *"
+
+
 def fragment(path: Path, jobs: Sequence[ConfiguredJob], pglock: str,
-             user: str | None = None) -> str:
-    """The crontab lines (with `user`, an /etc/cron.d file's) for `jobs` of `path`."""
+             user: str | None = None, tz_by: str | None = None) -> str:
+    """The crontab lines (with `user`, an /etc/cron.d file's) for `jobs` of `path`; the
+    jobs with `tz` as `tz_by` says (refused without it)."""
     if user is not None and not _USER.fullmatch(user):
         raise UsageError(f"--user: {user!r} is not a user name")
+    if tz_by is not None and tz_by not in TZ_BY:
+        raise UsageError(f"--tz-by: {tz_by!r} is not one of cron, pglock")
     config = _cron_text(str(path.absolute()), "the config file's path")
     pglock = _cron_text(pglock, "pglock's path")
-    lines = [f"# pglock crontab: the jobs of {config}; edit that file, then run",
-             "# `pglock crontab` again. The schedules are read from it by cron and pglock alike."]
     zoned = sorted((job for job in jobs if job.tz is not None and job.schedule is not None),
                    key=lambda job: str(job.tz))
+    if zoned and tz_by is None:
+        raise UsageError(
+            f"{table_name(zoned[0].name)} has tz = {zoned[0].tz!r}, and Debian's and "
+            "Ubuntu's cron ignore CRON_TZ: --tz-by pglock (started every minute, pglock "
+            "runs each slot in its zone; any cron) or --tz-by cron (cronie reads CRON_TZ)")
+    lines = [f"# pglock crontab: the jobs of {config}; edit that file, then run",
+             "# `pglock crontab` again. The schedules are read from it by cron and pglock alike."]
+    if zoned and tz_by == "cron":
+        lines.append("# CRON_TZ is read by cronie; Debian's and Ubuntu's cron ignore it.")
     zone: str | None = None
     for job in [j for j in jobs if j.tz is None] + zoned:
         if job.schedule is None:
             lines.append(f"# {table_name(job.name)} has no schedule: cron does not start it")
             continue
-        if job.tz != zone:
+        schedule = job.schedule
+        if job.tz is not None and tz_by == "pglock":
+            lines.append(f"# {table_name(job.name)}: {job.schedule} in {job.tz}; pglock "
+                         "runs each slot once")
+            schedule = EVERY_MINUTE
+        elif job.tz != zone:
             lines.append(f"CRON_TZ={job.tz}")
             zone = job.tz
         command = " ".join((f"PGLOCK_CONFIG={shlex.quote(config)}", shlex.quote(pglock),
                             "run", "--job", shlex.quote(job.name)))
         # cron turns an unescaped % into a newline.
-        fields = [job.schedule, *([user] if user else []), command.replace("%", "\\%")]
+        fields = [schedule, *([user] if user else []), command.replace("%", "\\%")]
         lines.append(" ".join(fields))
     return "\n".join(lines) + "\n"

@@ -30,6 +30,25 @@ CONNECTIONS_WARN = 0.8
 TIMEOUT_WARN_MS = 10_000
 
 
+class Purpose(enum.StrEnum):
+    """What the host's role is for (`--purpose`, or the widest it can do): each check is
+    judged by it, so a least-privilege runner or reader host can pass with exit 0."""
+
+    RUNNER = "runner"
+    READER = "reader"
+    OPERATOR = "operator"
+
+    @property
+    def host(self) -> str:
+        """`a runner host`, `an operator host`."""
+        return f"{'an' if self is Purpose.OPERATOR else 'a'} {self} host"
+
+
+# The capabilities (CAPABILITIES' columns, in order) and the purpose that needs each.
+CAN = {"run jobs": Purpose.RUNNER, "read status, history, check and metrics": Purpose.READER,
+       "operate (clear, prune, pause, resume, stop, replay, forget)": Purpose.OPERATOR}
+
+
 class Level(enum.IntEnum):
     """A finding's severity, which is also doctor's exit status."""
 
@@ -102,8 +121,10 @@ ORDER BY name
 BACKEND_PID = "SELECT pg_backend_pid()"
 
 
-def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float) -> Diagnosis:
-    """Run every check against `conninfo` (the resolved `target`)."""
+def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
+             purpose: Purpose | None = None) -> Diagnosis:
+    """Run every check against `conninfo` (the resolved `target`), judged for `purpose`
+    (None: the widest this role can do)."""
     findings = [_target(target), _password(target)]
     try:
         conn = database.connect(conninfo, application_name="pglock doctor", timeout=timeout)
@@ -112,10 +133,16 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float)
         return Diagnosis(database.describe(conninfo), findings)
     with conn:
         place = database.EMBEDDED_PLACE if target.embedded else database.place(conn)
+        findings.append(_guarded("server", lambda: _server(conn, place)))
+        can: dict[str, bool] | None = None
+        try:
+            found, can = _schema(conn, schema_name)
+        except (psycopg.Error, DatabaseError) as error:
+            found = Finding("schema", Level.WARN, f"could not check: {database.first_line(error)}")
+        judged = purpose or _widest(can)
+        findings.append(_for_purpose(found, can, purpose))
         checks: list[tuple[str, Callable[[], Finding]]] = [
-            ("server", lambda: _server(conn, place)),
-            ("schema", lambda: _schema(conn, schema_name)),
-            ("terminate", lambda: _signal_backend(conn)),
+            ("terminate", lambda: _signal_backend(conn, judged)),
             ("timeouts", lambda: _timeouts(conn)),
             ("commit", lambda: _synchronous_commit(conn)),
             ("connections", lambda: _connections(conn)),
@@ -123,8 +150,8 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float)
         # The embedded server is on this host, direct, and alone: nothing more to see.
         if not target.embedded:
             checks += [
-                ("pooling", lambda: _pooling(conn, conninfo, timeout)),
-                ("replication", lambda: _replication(conn)),
+                ("pooling", lambda: _pooling(conn, conninfo, timeout, judged)),
+                ("replication", lambda: _replication(conn, judged)),
                 ("clock", lambda: _clock(conn)),
             ]
         findings += [_guarded(name, check) for name, check in checks]
@@ -204,7 +231,41 @@ def _server(conn: psycopg.Connection[Any], place: str) -> Finding:
     return Finding("server", Level.OK, detail)
 
 
-def _schema(conn: psycopg.Connection[Any], name: str) -> Finding:
+def _widest(can: dict[str, bool] | None) -> Purpose:
+    """The purpose a role is judged by when none is given: the widest it can do (an
+    unknown one, the schema's owner or a role that can do nothing, as an operator)."""
+    if can is None or can["operate (clear, prune, pause, resume, stop, replay, forget)"]:
+        return Purpose.OPERATOR
+    return Purpose.RUNNER if can["run jobs"] else Purpose.READER
+
+
+def _for_purpose(found: Finding, can: dict[str, bool] | None,
+                 purpose: Purpose | None) -> Finding:
+    """The schema's finding judged for the host's purpose: what it needs and cannot do is
+    a FAIL; what it cannot do and does not need is least privilege at work."""
+    if can is None or found.level is Level.FAIL:
+        return found
+    if purpose is None:
+        return Finding("schema", Level.OK, f"{found.detail} (judged as "
+                       f"{_widest(can).host}: --purpose says otherwise)")
+    needed = [what for what, yes in can.items() if not yes and CAN[what] is purpose]
+    if needed:
+        return Finding("schema", Level.FAIL, f"{found.detail}; {purpose.host} needs to "
+                       f"{needed[0]}", f"`pglock init --print-grants --{purpose}-role ROLE`, "
+                       "run by the schema's owner (docs/security.md)")
+    return Finding("schema", Level.OK, found.detail)
+
+
+def _schema(conn: psycopg.Connection[Any], name: str) -> tuple[Finding, dict[str, bool] | None]:
+    """The schema's finding, and what this role can do with it (None: not known)."""
+    finding = _schema_state(conn, name)
+    if isinstance(finding, Finding):
+        return finding, None
+    return _capabilities(conn, name, finding)
+
+
+def _schema_state(conn: psycopg.Connection[Any], name: str) -> Finding | int:
+    """The schema's version, or the finding that ends the check."""
     exists = conn.execute(SCHEMA_EXISTS, {"schema": name}).fetchone()
     if exists is None:
         row = conn.execute(CAN_CREATE_SCHEMA).fetchone()
@@ -237,14 +298,15 @@ def _schema(conn: psycopg.Connection[Any], name: str) -> Finding:
         return Finding("schema", Level.FAIL,
                        f"schema {name!r} is version {row[0]}, newer than this pglock "
                        f"({schema.VERSION})", "upgrade pglock on this host")
-    return _capabilities(conn, name, row[0])
+    return int(row[0])
 
 
-def _capabilities(conn: psycopg.Connection[Any], name: str, version: int) -> Finding:
+def _capabilities(conn: psycopg.Connection[Any], name: str,
+                  version: int) -> tuple[Finding, dict[str, bool] | None]:
     """What this role may do with the schema: run jobs, read reports, operate."""
     if version < 4:
         return Finding("schema", Level.OK, f"schema {name!r} version {version}; the next run "
-                       f"upgrades it to {schema.VERSION}")
+                       f"upgrades it to {schema.VERSION}"), None
     quoted = '"' + name.replace('"', '""') + '"'
     from pglock.operate import roles
 
@@ -253,9 +315,7 @@ def _capabilities(conn: psycopg.Connection[Any], name: str, version: int) -> Fin
         "runs": f'{quoted}."runs"', "locks": f'{quoted}."locks"',
         "audit": f'{quoted}."audit"'}).fetchone()
     assert row is not None
-    can = dict(zip(("run jobs", "read status, history, check and metrics",
-                    "operate (clear, prune, pause, resume, stop, replay, forget)"),
-                   (bool(v) for v in row), strict=True))
+    can = dict(zip(CAN, (bool(v) for v in row), strict=True))
     able = [what for what, yes in can.items() if yes]
     unable = [what for what, yes in can.items() if not yes]
     needs = ("as this pglock needs" if version == schema.VERSION
@@ -268,24 +328,26 @@ def _capabilities(conn: psycopg.Connection[Any], name: str, version: int) -> Fin
               "--reader-role, --operator-role), run by the schema's owner "
               "(docs/security.md)")
     if not able:
-        return Finding("schema", Level.FAIL, detail, advice)
-    if not can["run jobs"]:
-        return Finding("schema", Level.WARN, detail, advice)
-    # A runner that cannot operate is least privilege at work, not a problem.
-    return Finding("schema", Level.OK, detail)
+        return Finding("schema", Level.FAIL, detail, advice), can
+    # What it cannot do is judged by the host's purpose (_for_purpose).
+    return Finding("schema", Level.OK, detail), can
 
 
-def _signal_backend(conn: psycopg.Connection[Any]) -> Finding:
+def _signal_backend(conn: psycopg.Connection[Any], purpose: Purpose) -> Finding:
     row = conn.execute(SIGNAL_BACKEND).fetchone()
     if row and row[0]:
         return Finding("terminate", Level.OK, "this role may end a holder's backend "
                        "(clear --terminate)")
+    if purpose is not Purpose.OPERATOR:
+        return Finding("terminate", Level.OK, f"no pg_signal_backend, which {purpose.host} "
+                       "does not need (only clear --terminate does)")
     return Finding("terminate", Level.WARN,
                    "this role lacks pg_signal_backend: clear --terminate cannot end an advisory "
                    "holder's session", "GRANT pg_signal_backend TO the pglock role (optional)")
 
 
-def _pooling(conn: psycopg.Connection[Any], conninfo: str, timeout: float) -> Finding:
+def _pooling(conn: psycopg.Connection[Any], conninfo: str, timeout: float,
+             purpose: Purpose) -> Finding:
     """Transaction pooling hands one client's statements to several server sessions.
 
     A second client asks right after the first: a pooler gives it the server session the
@@ -296,7 +358,8 @@ def _pooling(conn: psycopg.Connection[Any], conninfo: str, timeout: float) -> Fi
         for _ in range(3):
             first = _pid(conn)
             if _pid(other) == first or _pid(conn) != first:
-                return Finding("pooling", Level.WARN,
+                # A reader takes no lock: a pooler is no concern of its own.
+                return Finding("pooling", Level.OK if purpose is Purpose.READER else Level.WARN,
                                "a transaction- or statement-pooling proxy (PgBouncer?) is in "
                                "the path: advisory mode refuses to run here",
                                "use --mode lease (the default) through it, or connect advisory "
@@ -310,7 +373,7 @@ def _pid(conn: psycopg.Connection[Any]) -> int:
     return int(row[0])
 
 
-def _replication(conn: psycopg.Connection[Any]) -> Finding:
+def _replication(conn: psycopg.Connection[Any], purpose: Purpose) -> Finding:
     row = conn.execute(REPLICATION).fetchone()
     assert row is not None
     names, states = row
@@ -324,13 +387,16 @@ def _replication(conn: psycopg.Connection[Any]) -> Finding:
                            f"synchronous_standby_names = {names!r} but no standby is connected: "
                            "every pglock write waits for one", "start the standby, or clear "
                            "synchronous_standby_names")
-        return Finding("replication", Level.WARN,
+        # Whether the database should have a standby is the operator's (or DBA's) call,
+        # not a runner's or reader's host's: there, it is said, not warned.
+        return Finding("replication", _operators(purpose),
                        "no standby streams from this server: a failover (if any) has nothing "
                        "up to date to promote",
                        "fine for one server; for HA, " + ha_advice +
                        " (a managed service's replicas may not show here)")
     if "?" in states:
-        return Finding("replication", Level.WARN,
+        # A least-privilege role has no pg_monitor: its doctor cannot see, not a fault.
+        return Finding("replication", _operators(purpose),
                        f"{len(states)} standby(s), their sync state hidden from this role",
                        "GRANT pg_monitor TO the pglock role to let doctor see it")
     if not synchronous:
@@ -340,6 +406,12 @@ def _replication(conn: psycopg.Connection[Any]) -> Finding:
                        ha_advice)
     return Finding("replication", Level.OK,
                    f"{len(states)} standby(s), {synchronous} synchronous")
+
+
+def _operators(purpose: Purpose) -> Level:
+    """A finding about the database as a whole: a WARN for the operator, said (OK) to the
+    other hosts, which cannot change it."""
+    return Level.WARN if purpose is Purpose.OPERATOR else Level.OK
 
 
 def _synchronous_commit(conn: psycopg.Connection[Any]) -> Finding:

@@ -224,7 +224,10 @@ def evaluate(snapshot: Snapshot, thresholds: Thresholds, job: str | None = None)
     status = worst([v.status for v in verdicts])
     counted = sorted(problem for problem in Problem if problem.counted)
     counts = {problem: sum(problem in v.job.problems for v in verdicts) for problem in counted}
-    ok = sum(v.status is PluginStatus.OK for v in verdicts)
+    # A job counted under a problem (a young pause, one failure below its threshold) is
+    # not counted ok too: ok and the problems count each job once, unless it has several.
+    ok = sum(v.status is PluginStatus.OK and not any(p.counted for p in v.job.problems)
+             for v in verdicts)
     jobs = "1 job" if len(verdicts) == 1 else f"{len(verdicts)} jobs"
     parts = ", ".join(f"{n} {problem}" for problem, n in counts.items() if n)
     summary = f"{jobs}: {parts + ', ' if parts else ''}{ok} ok"

@@ -22,6 +22,8 @@ COMMAND_VARIABLES = {
                    "seat's)",
     "PGLOCK_ATTEMPT": "the attempt (1-based; with --retries, and with --schedule counted over "
                       "every host's attempts at the slot): with PGLOCK_SLOT, an idempotency key",
+    "PGLOCK_DSN": "when pglock got it, without its password: the same database for a nested "
+                  "pglock run, which authenticates by ~/.pgpass or the like (docs/security.md)",
 }
 
 
@@ -29,6 +31,7 @@ def command_environment(options: RunOptions, claim: lease.Claim, run_id: int,
                         attempt: int = 1) -> dict[str, str]:
     """The command's environment: ours, plus what it needs to fence its own writes."""
     env = dict(os.environ)
+    _without_dsn_password(env)
     env.update(PGLOCK_JOB=options.job, PGLOCK_RUN_ID=str(run_id),
                PGLOCK_FENCING_TOKEN=str(claim.fencing_token), PGLOCK_HOLDER=options.holder,
                PGLOCK_HOLDER_ID=claim.holder_id, PGLOCK_ATTEMPT=str(attempt))
@@ -37,3 +40,22 @@ def command_environment(options: RunOptions, claim: lease.Claim, run_id: int,
     if claim.seat is not None:
         env["PGLOCK_SEAT"] = str(claim.seat)
     return env
+
+
+def _without_dsn_password(env: dict[str, str]) -> None:
+    """PGLOCK_DSN as the command (and its hooks) get it: with no password. A nested pglock
+    run still finds the same database by it, and authenticates as libpq does without one
+    (~/.pgpass, PGPASSFILE, a certificate); had it no other way in, it fails in one line
+    rather than fall back to another database. The job's own code never sees a secret it
+    was not given. --dsn and the config file's dsn never reach the environment at all."""
+    dsn = env.get("PGLOCK_DSN")
+    if not dsn:
+        return
+    from pglock.db import database, redact
+
+    if not database.carries_password(dsn):
+        return
+    cleaned = database.without_password(dsn)
+    # Not parsed (it was not the DSN used): masked, so that a nested run fails on it as
+    # the outer would have, never falls back to the config file or the embedded server.
+    env["PGLOCK_DSN"] = cleaned if cleaned is not None else redact.redact(dsn)

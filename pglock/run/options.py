@@ -113,7 +113,11 @@ class RunOptions:
         if self.max_runtime is not None and self.max_runtime <= 0:
             raise UsageError("--max-runtime must be more than 0")
         check_text(self.holder, "--holder")
-        if not self.holder or len(self.holder) > 200:
+        if not self.holder:
+            # As --job '': an empty value is an unset variable, most likely, not a name.
+            raise UsageError("--holder: the holder name is empty (leave --holder out for "
+                             "the host name)")
+        if len(self.holder) > 200:
             raise UsageError("--holder must be 1-200 characters")
         if self.min_hold is not None and self.min_hold < 0:
             raise UsageError("--min-hold must not be negative")
@@ -265,7 +269,7 @@ def run_options(v: Mapping[str, Any]) -> RunOptions:
         max_runtime=_optional_duration(v["max_runtime"], "--max-runtime"),
         kill_after=parse_duration(v["kill_after"], option="--kill-after"),
         on_lost=v["on_lost"], conflict_exit_code=v["conflict_exit_code"],
-        holder=v["holder"] or socket.gethostname(),
+        holder=socket.gethostname() if v["holder"] is None else v["holder"],
         connect_timeout=parse_duration(v["connect_timeout"], option="--connect-timeout"),
         schedule=v["schedule"], tz=v["tz"],
         deadline=_optional_duration(v["deadline"], "--deadline"),

@@ -122,12 +122,15 @@ def resolve_target(dsn_option: str | None) -> Target:
     if any(os.environ.get(name) for name in _LIBPQ_VARIABLES):
         return Target("", "libpq environment (PGHOST, PGSERVICE, ...)")
     forbidden_by = _embedded_forbidden_by(path, values)
+    # The file pglock read (PGLOCK_CONFIG's, say), where the dsn is missing; the system's
+    # when it read none.
+    where = shown(str(path)) if path is not None else "/etc/pglock/config.toml"
     if forbidden_by is not None:
         raise ConfigError(f"no database configured, and {forbidden_by} forbids the embedded "
-                          "one: set PGLOCK_DSN, or dsn in /etc/pglock/config.toml")
+                          f"one: set PGLOCK_DSN, or dsn in {where}")
     if not has_embedded():
         raise ConfigError("no database configured, and this build of pglock has no embedded "
-                          "server: set PGLOCK_DSN, or dsn in /etc/pglock/config.toml")
+                          f"server: set PGLOCK_DSN, or dsn in {where}")
     return Target(None, "embedded", embedded_linger(path, values))
 
 
@@ -175,7 +178,7 @@ def _embedded_forbidden_by(path: Path | None, values: dict[str, object]) -> str 
     allowed = values.get("embedded", True)
     if not isinstance(allowed, bool):
         raise ConfigError(f"config file {path}: embedded must be true or false")
-    return None if allowed else f"embedded = false in {path}"
+    return None if allowed else f"embedded = false in {shown(str(path))}"
 
 
 def configured_schema(schema_option: str | None) -> str:

@@ -3,10 +3,12 @@
 from __future__ import annotations
 
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
 
+import pytest
 from conftest import PGLOCK
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -35,3 +37,17 @@ def test_bash_completion_offers_commands_and_options() -> None:
 
     assert complete("pglock ru", 1) == ["run"]
     assert "--max-runtime" in complete("pglock run --max", 2)
+
+
+@pytest.mark.skipif(shutil.which("zsh") is None, reason="zsh is not installed (.ci/run has it)")
+def test_zsh_completion_installed_on_fpath_completes_at_the_first_tab(tmp_path: Path) -> None:
+    """Installed as docs/operators.md says, the file is autoloaded at the first TAB of a new
+    shell, which must complete then, not only register itself for the next TAB."""
+    folder = tmp_path / "site-functions"
+    folder.mkdir()
+    shutil.copy(ROOT / "completions" / "pglock.zsh", folder / "_pglock")
+    env = {**os.environ, "HOME": str(tmp_path), "TERM": "dumb",
+           "PATH": f"{Path(PGLOCK).parent}{os.pathsep}{os.environ['PATH']}"}
+    done = subprocess.run(["zsh", "-f", str(Path(__file__).with_name("zsh_first_tab.zsh")),
+                           str(folder)], env=env, capture_output=True, text=True, timeout=120)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "completed\n", "")

@@ -324,3 +324,41 @@ def test_the_histogram_bounds_rise_from_a_second_to_a_day(env: Env) -> None:
         "SELECT value::float8[] FROM {schema}.meta WHERE key = 'duration_bounds'")
     assert bounds == sorted(set(bounds)) and bounds[0] <= 1 and bounds[-1] == 86400
     assert all(b / a <= 3 for a, b in itertools.pairwise(bounds))
+
+
+def test_print_upgrade_prints_what_a_dba_applies_and_runs_nothing(env: Env, fresh: str) -> None:
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(as_released(env.schema, 4))
+    printed = env.run("init", "--print-upgrade")
+    assert (printed.returncode, printed.stderr) == (0, ""), printed
+    assert printed.stdout.startswith("\nBEGIN;\n") and printed.stdout.endswith("COMMIT;\n")
+    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [("4",)]
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(printed.stdout.encode())
+    assert_same(env, env.schema, fresh)
+    # The same script once more: its guard refuses it, and it changes nothing.
+    with psycopg.connect(env.dsn, autocommit=True) as conn, pytest.raises(
+            psycopg.errors.RaiseException, match="is not version 4: print the upgrade again"):
+        conn.execute(printed.stdout.encode())
+    again = env.run("init", "--print-upgrade")
+    assert (again.returncode, again.stderr) == (0, ""), again
+    assert again.stdout == (f"-- schema {env.schema!r} is version {schema.VERSION} already: "
+                            "nothing to apply\n")
+
+
+def test_a_role_that_may_not_create_the_schema_is_told_what_a_dba_applies(
+        env: Env, fresh: str) -> None:
+    role = f"{env.schema}_nobody"[:63]
+    env.query(f'CREATE ROLE "{role}" LOGIN')
+    try:
+        refused = env.run("init", "--dsn", f"{env.dsn} user={role}")
+        assert refused.returncode == 125, refused
+        assert "`pglock init --print-upgrade`" in refused.stderr, refused
+        # That command exists and works for that very role: it reads, never writes.
+        printed = env.run("init", "--print-upgrade", "--dsn", f"{env.dsn} user={role}")
+        assert (printed.returncode, printed.stderr) == (0, ""), printed
+    finally:
+        env.query(f'DROP ROLE "{role}"')
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(printed.stdout.encode())
+    assert_same(env, env.schema, fresh)

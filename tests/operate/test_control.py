@@ -58,6 +58,20 @@ def test_pause_all_covers_jobs_never_seen_and_resume_all_undoes_it(env: Env) -> 
     assert audit(env) == [(None, "pause", "database migration"), (None, "resume", None)]
 
 
+def test_resume_all_names_the_jobs_paused_one_by_one(env: Env) -> None:
+    for job in ("inv", "sync", "free"):
+        assert env.run("run", "--job", job, "--min-hold", "0", "--", "true").returncode == 0
+    for job in ("sync", "inv"):
+        assert env.run("pause", "--job", job, "--reason", "own").returncode == 0
+    assert env.run("pause", "--all", "--reason", "migration").returncode == 0
+    resumed = env.run("resume", "--all")
+    assert (resumed.returncode, resumed.stderr) == (0, ""), resumed
+    assert resumed.stdout == ("resumed every job\n"
+                              "still paused one by one: inv, sync (pglock resume --job NAME)\n")
+    assert env.run("run", "--job", "free", "--min-hold", "0", "--", "true").returncode == 0
+    assert env.run("run", "--job", "inv", "--min-hold", "0", "--", "true").returncode == 75
+
+
 def test_pause_while_running_lets_the_run_finish(env: Env) -> None:
     with holding(env, "long") as holder:
         paused = env.run("pause", "--job", "long", "--reason", "window")
@@ -182,7 +196,7 @@ def test_check_metrics_and_status_with_paused_jobs(env: Env) -> None:
     check = env.run("check")
     assert check.returncode == 0, check
     assert check.stdout.splitlines()[0] == (
-        "PGLOCK OK - 2 jobs: 1 paused, 2 ok | jobs=2 ok=2 dead=0 failed=0 overdue=0 paused=1 "
+        "PGLOCK OK - 2 jobs: 1 paused, 1 ok | jobs=2 ok=1 dead=0 failed=0 overdue=0 paused=1 "
         "skipped_running=0 slow=0 stale=0")
     # A pause older than --paused-warning is a forgotten one.
     old = env.run("check", "--paused-warning", "0")

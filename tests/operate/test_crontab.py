@@ -39,7 +39,8 @@ def _crontab_n(text: str, tmp: Path) -> subprocess.CompletedProcess[str]:
                           timeout=30)
 
 
-def _fragment(tmp: Path, schedules: list[str], tz: str | None = None) -> str:
+def _fragment(tmp: Path, schedules: list[str], tz: str | None = None,
+              tz_by: str = "cron") -> str:
     path = tmp / "config.toml"
     jobs = []
     for number, expr in enumerate(schedules):
@@ -47,7 +48,7 @@ def _fragment(tmp: Path, schedules: list[str], tz: str | None = None) -> str:
         if tz:
             table["tz"] = tz
         jobs.append(jobsfile.checked(path, f"job-{number}", table))
-    return crontab.fragment(path, jobs, PGLOCK)
+    return crontab.fragment(path, jobs, PGLOCK, tz_by=tz_by)
 
 
 def test_what_the_sweep_found_installs_or_is_refused(tmp_path: Path) -> None:
@@ -60,6 +61,16 @@ def test_what_the_sweep_found_installs_or_is_refused(tmp_path: Path) -> None:
     for expr in ["0 3 L * *", "0 0 15W * *", "0 0 ? * *", "R * * * *", "0 0 * * 5#2"]:
         with pytest.raises(UsageError):
             _fragment(tmp_path, [expr])
+
+
+def test_zoned_jobs_for_any_cron_install_with_no_cron_tz(tmp_path: Path) -> None:
+    """--tz-by pglock: Debian's cron (which ignores CRON_TZ) gets every-minute lines."""
+    text = _fragment(tmp_path, ["30 2 * * *", "@daily"], "Europe/Berlin", tz_by="pglock")
+    assert "CRON_TZ" not in text
+    entries = [line for line in text.splitlines() if not line.startswith("#")]
+    assert [line.split()[:5] for line in entries] == [["*", "*", "*", "*", "*"]] * 2
+    checked = _crontab_n(text, tmp_path)
+    assert checked.returncode == 0, checked.stderr
 
 
 @pytest.mark.slow

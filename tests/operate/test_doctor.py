@@ -16,6 +16,7 @@ from conftest import PGLOCK, Env, one_line
 from db.test_pgbouncer import PGBOUNCER, bouncer  # noqa: F401 (a fixture)
 from replication import Pair
 
+from operate.test_roles import roles  # noqa: F401 (a fixture)
 from pglock.cli import app as cli
 
 FAKETIME = shutil.which("faketime")
@@ -102,10 +103,16 @@ def test_a_role_short_of_privileges_is_told_what_to_grant(env: Env, weak_role: s
     assert env.run("init", "-q").returncode == 0
     env.query(f'GRANT USAGE ON SCHEMA {{schema}} TO "{role}"')
     env.query(f'GRANT SELECT ON ALL TABLES IN SCHEMA {{schema}} TO "{role}"')
+    # Judged by what it can do (a reader host), its reading is enough; a host meant to
+    # run jobs says so (--purpose runner) and is told what it lacks.
     _, found = doctor(env, "--dsn", weak_role)
-    assert found["schema"]["status"] == "warn"
+    assert found["schema"]["status"] == "ok", found["schema"]
     assert "cannot run jobs" in found["schema"]["detail"]
-    assert "--print-grants" in found["schema"]["advice"]
+    assert "judged as a reader host" in found["schema"]["detail"]
+    code, found = doctor(env, "--dsn", weak_role, "--purpose", "runner")
+    assert (code, found["schema"]["status"]) == (2, "fail"), found["schema"]
+    assert "a runner host needs to run jobs" in found["schema"]["detail"]
+    assert "--print-grants --runner-role" in found["schema"]["advice"]
     refused = env.run("run", "--job", "weak", "--dsn", weak_role, "--", "true")
     assert refused.returncode == 125, refused
     assert "needs the pglock_runner role" in refused.stderr
@@ -123,6 +130,26 @@ def test_a_role_short_of_privileges_is_told_what_to_grant(env: Env, weak_role: s
     env.query(f'GRANT pg_signal_backend TO "{role}"')
     code, found = doctor(env, "--dsn", weak_role)
     assert found["terminate"]["status"] == "ok"
+
+
+def test_a_runner_or_reader_host_set_up_as_documented_exits_0(
+        env: Env, roles: dict[str, str]) -> None:  # noqa: F811 (the fixture)
+    """doctor can gate configuration management: what a runner or reader never needs
+    (pg_signal_backend, the operator's privileges, a standby) is no WARN for it."""
+    for kind in ("runner", "reader"):
+        code, found = doctor(env, "--dsn", roles[kind])
+        assert code == 0, (kind, [f for f in found.values() if f["status"] != "ok"])
+        assert f"judged as a {kind} host" in found["schema"]["detail"]
+        assert "does not need" in found["terminate"]["detail"]
+        assert doctor(env, "--dsn", roles[kind], "--purpose", kind)[0] == 0
+    # The operator's host is told about what its clear --terminate cannot do.
+    code, found = doctor(env, "--dsn", roles["operator"])
+    assert (code, found["terminate"]["status"]) == (1, "warn"), found
+    # A reader host asked to be a runner's fails: it cannot run jobs.
+    assert doctor(env, "--dsn", roles["reader"], "--purpose", "runner")[0] == 2
+    bad = env.run("doctor", "--purpose", "cook")
+    assert (bad.returncode, one_line(bad.stderr)) == (
+        2, "pglock: --purpose: 'cook' is not one of runner, reader, operator")
 
 
 def test_role_timeouts_that_cut_sessions_warn(env: Env, weak_role: str) -> None:

@@ -93,6 +93,8 @@ def test_the_runner_runs_jobs_in_both_modes_and_nothing_else(env: Env,
         code, command, role = refused(env, runner, *args)
         assert (command, role) == (args[0], "pglock_reader")
         assert code == (125 if args[0] == "metrics" else 1)
+    # check answers UNKNOWN (3), and names the role too (docs/security.md says it does).
+    assert refused(env, runner, "check") == (3, "check", "pglock_reader")
     # Nothing an operator command did got through.
     assert env.query("SELECT job FROM {schema}.pauses") == []
     assert len(env.query("SELECT 1 FROM {schema}.jobs WHERE forgotten_at IS NULL")) == 4
@@ -147,6 +149,26 @@ def test_the_operator_does_everything(env: Env, roles: dict[str, str]) -> None:
         holder.communicate(timeout=30)
     assert env.query("SELECT action FROM {schema}.audit ORDER BY id") == [
         ("pause",), ("resume",), ("forget",), ("clear",)]
+
+
+def test_clear_terminate_without_pg_signal_backend_names_it(env: Env,
+                                                             roles: dict[str, str]) -> None:
+    """The operator clears the lock but may not end the runner's session: it is told the
+    built-in role it lacks, not the pglock_operator role it has, and exits 1 (not done)."""
+    holder, _ = env.start_holder("j-adv", "--mode", "advisory", "--dsn", roles["runner"],
+                                 "--ttl", "5s")
+    try:
+        cleared = env.run("clear", "--dsn", roles["operator"], "--job", "j-adv", "--yes",
+                          "--now", "--terminate", "--reason", "test")
+        assert cleared.returncode == 1, cleared
+        assert "cleared" in cleared.stdout, cleared
+        line = one_line(cleared.stderr)
+        assert line.startswith("pglock: cleared, but cannot terminate backend "), line
+        assert "this role lacks pg_signal_backend" in line, line
+        assert "pglock_operator" not in line, line
+    finally:
+        holder.communicate(timeout=30)
+    assert holder.returncode == 125
 
 
 @pytest.mark.slow

@@ -94,7 +94,8 @@ def test_prune_keeps_running_rows_and_each_jobs_latest_run(env: Env) -> None:
         assert result.stdout.startswith("deleted 4 runs that finished before ")
         assert [r["outcome"] for r in env.runs("a")] == ["succeeded"]
         assert [r["outcome"] for r in env.runs("b")] == ["succeeded", "running"]
-    assert env.run("prune", "--older-than", "0", "--yes").stdout.startswith("deleted 1 runs")
+    assert env.run("prune", "--older-than", "0", "--yes").stdout.startswith(
+        "deleted 1 run that finished before ")
 
 
 # Messages that need no database are pinned in-process (tests/unit/test_cli.py).

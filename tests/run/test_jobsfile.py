@@ -164,9 +164,10 @@ def _can_install_crontabs() -> bool:
 @pytest.mark.skipif(not _can_install_crontabs(),
                     reason="needs crontab(1) (apt package cron; .ci/run installs it), root "
                            "and unshare for a private crontab spool")
-def test_the_crontab_installs_and_its_lines_run_the_jobs(env: Env) -> None:
+@pytest.mark.parametrize("tz_by", ["cron", "pglock"])
+def test_the_crontab_installs_and_its_lines_run_the_jobs(env: Env, tz_by: str) -> None:
     path, marks = jobs_file(env, CRON_JOBS)
-    result = env.run("crontab")
+    result = env.run("crontab", "--tz-by", tz_by)
     assert result.returncode == 0, result.stderr
     fragment = env.tmp / "fragment"
     fragment.write_text(result.stdout)
@@ -194,9 +195,11 @@ def test_the_crontab_installs_and_its_lines_run_the_jobs(env: Env) -> None:
                                  capture_output=True, text=True, timeout=60)
         assert process.returncode == 0, process.stderr
         ran.append((job, schedule, zone))
-    # reindex has no schedule: cron does not start it.
-    assert ran == [("sync-invoices", "* * * * *", None),
-                   ("50% report", "*/5 * * * *", "Europe/Berlin")]
+    # reindex has no schedule: cron does not start it. The zoned job: in its zone by cronie
+    # (CRON_TZ), or every minute on any cron, pglock reading its slot in its zone.
+    zoned = (("50% report", "*/5 * * * *", "Europe/Berlin") if tz_by == "cron"
+             else ("50% report", "* * * * *", None))
+    assert ran == [("sync-invoices", "* * * * *", None), zoned]
     assert sorted(marked(marks)) == ["50% report", "sync-invoices"]
     # The schedule written once: the one cron has is the one the runs recorded.
     recorded = env.query("SELECT job, schedule, timezone FROM {schema}.jobs ORDER BY job")

@@ -8,7 +8,7 @@ from typing import Any
 
 import psycopg
 import pytest
-from conftest import Env, one_line
+from conftest import PGLOCK, Env, one_line
 from operating import holding
 from psycopg import sql
 
@@ -129,6 +129,26 @@ def test_command_gets_job_run_id_and_fencing_token(env: Env) -> None:
     assert token == row["fencing_token"]
     assert env.query("SELECT fencing_token FROM {schema}.locks WHERE job = %s",
                      ("env-job",)) == [(token,)]
+
+
+def test_the_command_and_its_hooks_get_pglock_dsn_without_its_password(env: Env) -> None:
+    """docs/security.md: PGLOCK_DSN reaches the command with no password, still naming the
+    same database, so a nested run works (libpq's own ways in; the test server trusts its
+    socket) and the job's code never sees the secret."""
+    secret = "s3cret-Pw-4711"
+    dsn = f"{env.dsn} password={secret}"
+    seen, hooked = env.tmp / "seen", env.tmp / "hooked"
+    result = env.run(
+        "run", "--job", "outer", "--on-success", f'echo "$PGLOCK_DSN" > {hooked}', "--",
+        "sh", "-c", f'echo "$PGLOCK_DSN" > {seen} && exec "$0" run --job inner -- true',
+        PGLOCK, env={"PGLOCK_DSN": dsn})
+    assert (result.returncode, result.stdout, result.stderr) == (0, "", ""), result
+    for path in (seen, hooked):
+        passed = path.read_text().strip()
+        assert secret not in passed and "password" not in passed, passed
+        assert psycopg.conninfo.conninfo_to_dict(passed) == {
+            k: v for k, v in psycopg.conninfo.conninfo_to_dict(dsn).items() if k != "password"}
+    assert [r["outcome"] for r in env.runs("inner")] == ["succeeded"]
 
 
 def test_fencing_token_increases_per_job_and_jobs_are_independent(env: Env) -> None:

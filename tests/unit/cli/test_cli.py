@@ -56,8 +56,12 @@ RUN = ("run", "--job", "x")
 
 # argv -> exit code, the one line on stderr (stdout stays empty).
 USAGE = [
-    pytest.param(("run", "--", "true"), 2, "pglock: --job: the job name is empty",
+    pytest.param(("run", "--", "true"), 2,
+                 "pglock: --job is missing: pglock run --job NAME [-- COMMAND [ARG...]]",
                  id="run-without-job"),
+    pytest.param(("run", "--job", "x", "--holder", "", "--", "true"), 2,
+                 "pglock: --holder: the holder name is empty (leave --holder out for the "
+                 "host name)", id="run-empty-holder"),
     pytest.param(("run", "--job", "", "--", "true"), 2, "pglock: --job: the job name is empty",
                  id="run-empty-job"),
     pytest.param(("run", "--job", "a\x01b", "--", "true"), 2,

@@ -156,3 +156,23 @@ def test_job_names_that_look_identical_are_one_job() -> None:
 def test_user_text_is_shown_escaped(text: str, shown: str) -> None:
     assert render.escaped(text) == shown
     assert "\x1b" not in render.clip(text)
+
+
+@pytest.mark.parametrize(("output", "shown"), [
+    ("dos line\r\nnext\r\n", ["    dos line^M", "    next^M"]),
+    ("progress 10%\rprogress 99%\n", ["    progress 10%^Mprogress 99%"]),
+    ("plain\n", ["    plain"]),
+])
+def test_a_carriage_return_in_output_is_shown_as_cat_v_does(output: str,
+                                                            shown: list[str]) -> None:
+    """docs/operators.md: `^M` for a carriage return, the one before a line's end too."""
+    from datetime import UTC, datetime
+
+    from pglock.cli import screens
+    from pglock.reports.history import RunRow
+
+    start = datetime(2026, 11, 24, tzinfo=UTC)
+    run = RunRow(id=1, job="j", started_at=start, finished_at=start, holder="h",
+                 holder_pid=1, mode="lease", outcome="succeeded", exit_code=0, signal=None,
+                 duration=1.0, fencing_token=1, error=None, output=output.encode())
+    assert screens.output_lines(run) == shown

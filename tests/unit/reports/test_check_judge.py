@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+from datetime import timedelta
 
 import pytest
 
@@ -63,6 +64,16 @@ def test_the_summary_counts_each_problem_and_the_ok_jobs() -> None:
                         "slow=0 stale=1")
     assert lines[1].startswith("CRITICAL: b: last run failed (exit 1), 2m00s ago; overdue: ")
     assert lines[2].startswith("CRITICAL: c: run 42 is marked running")
+
+
+def test_a_young_pause_is_counted_paused_not_ok_as_well() -> None:
+    pause = jobs.Pause(NOW - timedelta(hours=1), "ops", "migration", None, False)
+    snapshot = jobs.Snapshot(NOW, [job("a", last_run=last()),
+                                   job("b", last_run=last(), pause=pause)])
+    report = check.evaluate(snapshot, DEFAULT)
+    assert report.status is PluginStatus.OK
+    assert report.summary == "2 jobs: 1 paused, 1 ok"
+    assert (report.counts["jobs"], report.counts["ok"], report.counts["paused"]) == (2, 1, 1)
 
 
 def test_one_job_asked_for_is_shown_even_when_ok() -> None:

@@ -6,7 +6,7 @@ from datetime import UTC, datetime
 
 import pytest
 
-from pglock.cli.screens import BAR_WIDTH, bar
+from pglock.cli.screens import BAR_WIDTH, bar, summary_line
 from pglock.lock.ledger import Outcome
 from pglock.reports.history import RunRow, Summary, percentile, summarize
 
@@ -82,3 +82,11 @@ def test_success_rate(finished: int, succeeded: int, rate: float | None) -> None
 ])
 def test_bar(outcome: str, length: float | None, longest: float, drawn: str) -> None:
     assert bar(outcome, length, longest) == drawn
+
+
+def test_the_summary_line_counts_one_run_in_the_singular() -> None:
+    assert summary_line("j", summarize([run("succeeded", 2.0)])) == (
+        "j: 1 run (1 finished), success 100% (1/1), duration p50 2.0s, p95 2.0s, max 2.0s")
+    assert summary_line("j", summarize([run(Outcome.RUNNING)])) == "j: 1 run, none finished"
+    assert summary_line("j", summarize([run(Outcome.RUNNING), run(Outcome.RUNNING, run_id=2)])
+                        ) == "j: 2 runs, none finished"

@@ -272,15 +272,24 @@ command = ["/opt/app/bin/reindex"]
 def test_the_crontab_has_one_line_per_scheduled_job(tmp_path: Path) -> None:
     path = config_file(tmp_path, THREE)
     _, jobs = _every(path)
-    text = crontab.fragment(path, jobs, "/usr/local/bin/pglock")
+    head = [f"# pglock crontab: the jobs of {path}; edit that file, then run",
+            "# `pglock crontab` again. The schedules are read from it by cron and pglock "
+            "alike.",
+            f"*/5 * * * * PGLOCK_CONFIG={path} /usr/local/bin/pglock run --job sync-invoices",
+            "# [jobs.reindex] has no schedule: cron does not start it"]
+    text = crontab.fragment(path, jobs, "/usr/local/bin/pglock", tz_by="cron")
     assert text.splitlines() == [
-        f"# pglock crontab: the jobs of {path}; edit that file, then run",
-        "# `pglock crontab` again. The schedules are read from it by cron and pglock alike.",
-        f"*/5 * * * * PGLOCK_CONFIG={path} /usr/local/bin/pglock run --job sync-invoices",
-        "# [jobs.reindex] has no schedule: cron does not start it",
-        "CRON_TZ=Europe/Berlin",
+        *head[:2], "# CRON_TZ is read by cronie; Debian's and Ubuntu's cron ignore it.",
+        *head[2:], "CRON_TZ=Europe/Berlin",
         f"30 2 * * * PGLOCK_CONFIG={path} /usr/local/bin/pglock run --job nightly-report"]
-    user = crontab.fragment(path, jobs, "/usr/local/bin/pglock", "app")
+    # Any cron: started every minute, pglock reads the slot in the job's zone.
+    text = crontab.fragment(path, jobs, "/usr/local/bin/pglock", tz_by="pglock")
+    assert text.splitlines() == [
+        *head, "# [jobs.nightly-report]: 30 2 * * * in Europe/Berlin; pglock runs each slot "
+        "once",
+        f"* * * * * PGLOCK_CONFIG={path} /usr/local/bin/pglock run --job nightly-report"]
+    assert "CRON_TZ" not in text
+    user = crontab.fragment(path, jobs, "/usr/local/bin/pglock", "app", "pglock")
     assert f"*/5 * * * * app PGLOCK_CONFIG={path} /usr/local/bin/pglock run --job " \
            "sync-invoices" in user.splitlines()
 
@@ -306,6 +315,12 @@ def _every(path: Path) -> tuple[Path | None, list[jobsfile.ConfiguredJob]]:
     (["crontab"], "dsn = 'host=db'\n", "pglock: no jobs configured (config file {path}): add "
      "[jobs.NAME] tables with a command and a schedule (docs/jobs-file.md)"),
     (["crontab", "--user", "a b"], THREE, "pglock: --user: 'a b' is not a user name"),
+    # Debian's and Ubuntu's cron ignore CRON_TZ: not written unless asked for.
+    (["crontab"], THREE, "pglock: [jobs.nightly-report] has tz = 'Europe/Berlin', and "
+     "Debian's and Ubuntu's cron ignore CRON_TZ: --tz-by pglock (started every minute, "
+     "pglock runs each slot in its zone; any cron) or --tz-by cron (cronie reads CRON_TZ)"),
+    (["crontab", "--tz-by", "anacron"], THREE,
+     "pglock: --tz-by: 'anacron' is not one of cron, pglock"),
 ])
 def test_crontab_refuses(tmp_path: Path, args: list[str], text: str, line: str) -> None:
     path = config_file(tmp_path, text)
@@ -315,7 +330,8 @@ def test_crontab_refuses(tmp_path: Path, args: list[str], text: str, line: str) 
 
 def test_crontab_prints_the_fragment(tmp_path: Path) -> None:
     path = config_file(tmp_path, THREE)
-    called = invoke("crontab", "--user", "app", env={"PGLOCK_CONFIG": str(path)})
+    called = invoke("crontab", "--user", "app", "--tz-by", "cron",
+                    env={"PGLOCK_CONFIG": str(path)})
     assert called.code == 0 and called.stderr == ""
     lines = [line for line in called.stdout.splitlines() if "run --job" in line]
     assert [line.split()[:6] for line in lines] == [
@@ -359,7 +375,7 @@ def test_the_documented_file_gives_the_documented_crontab() -> None:
     path = Path("/etc/pglock/config.toml")
     jobs = [jobsfile.checked(path, name, table)
             for name, table in jobsfile.tables(path, tomllib.loads(toml)).values()]
-    assert crontab.fragment(path, jobs, "/usr/local/bin/pglock", "app") == documented
+    assert crontab.fragment(path, jobs, "/usr/local/bin/pglock", "app", "pglock") == documented
 
 
 @pytest.mark.parametrize("name", ["a\n* * * * * root touch /tmp/owned #", "a\rb", "a\x85b",

@@ -195,3 +195,16 @@ def test_a_build_without_the_embedded_server_says_so_in_one_line(
                                           "PGLOCK_DSN"):
         config.resolve_target(None)
     assert config.resolve_target("host=db").conninfo == "host=db"
+
+
+def test_the_embedded_refusal_names_the_config_file_pglock_read(
+        config_file: ConfigFile, monkeypatch: pytest.MonkeyPatch) -> None:
+    path = config_file("embedded = false\n")
+    with pytest.raises(ConfigError) as raised:
+        config.resolve_target(None)
+    assert str(raised.value) == (f"no database configured, and embedded = false in {path} "
+                                 f"forbids the embedded one: set PGLOCK_DSN, or dsn in {path}")
+    monkeypatch.setattr(config, "has_embedded", lambda: False)
+    config_file('schema = "ops"\n')
+    with pytest.raises(ConfigError, match=f"set PGLOCK_DSN, or dsn in {path}$"):
+        config.resolve_target(None)
