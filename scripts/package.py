@@ -216,7 +216,8 @@ def gzipped(data: bytes) -> bytes:
 
 
 def stage_files(stage: Path, head: str, when: int) -> None:
-    """The launcher, man pages, completions, the example config, copyright, changelog."""
+    """The launcher, man pages, completions, the example config, the monitoring kit,
+    copyright, changelog."""
     module, function = entry_point()
     supported = f"{PYTHONS[0]} to {PYTHONS[-1]}"
     write(stage / "usr/bin/pglock", LAUNCHER.format(lib=LIB, supported=supported,
@@ -231,6 +232,10 @@ def stage_files(stage: Path, head: str, when: int) -> None:
     write(stage / "usr/share/fish/vendor_completions.d/pglock.fish",
           (completions / "pglock.fish").read_bytes())
     write(stage / "etc/pglock/config.toml", (PACKAGING / "config.toml").read_bytes())
+    # The monitoring kit (docs/monitoring.md): Prometheus rules and the Grafana dashboard.
+    for name in ("pglock.rules.yml", "pglock.dashboard.json"):
+        write(stage / "usr/share/pglock/monitoring" / name,
+              (ROOT / "monitoring" / name).read_bytes())
     doc = stage / "usr/share/doc/pglock"
     write(doc / "copyright", copyright_text(stage))
     date = email.utils.formatdate(when, usegmt=False)

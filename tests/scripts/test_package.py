@@ -259,7 +259,7 @@ def test_no_database_is_one_line(installed: Installed, program: str, config: str
 
 
 @pytest.mark.slow
-def test_man_pages_and_completions_are_where_the_tools_look(installed: Installed) -> None:
+def test_man_pages_completions_and_the_monitoring_kit_are_where_the_tools_look(installed: Installed) -> None:
     done = installed.host.sh("MANPAGER=cat MANWIDTH=80 man pglock-run")
     assert done.returncode == 0 and "pglock-run" in done.stdout, done.stderr
     done = installed.host.sh(
@@ -268,6 +268,10 @@ def test_man_pages_and_completions_are_where_the_tools_look(installed: Installed
     assert "status" in done.stdout.split(), done.stdout + done.stderr
     zsh = installed.host.root / "usr/share/zsh/vendor-completions/_pglock"
     assert zsh.read_text().startswith("#compdef pglock")
+    kit = installed.host.root / "usr/share/pglock/monitoring"
+    assert sorted(p.name for p in kit.iterdir()) == ["pglock.dashboard.json", "pglock.rules.yml"]
+    assert (kit / "pglock.rules.yml").read_bytes() == (
+        Path(__file__).parents[2] / "monitoring" / "pglock.rules.yml").read_bytes()
 
 
 @pytest.mark.slow
