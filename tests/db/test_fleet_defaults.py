@@ -162,7 +162,9 @@ def test_a_fleet_can_forbid_the_embedded_fallback(tmp_path: Path, setting: dict[
                   "touch", str(tmp_path / "ran"))
     assert result.returncode == 125 and result.stdout == ""
     line = one_line(result.stderr)
-    assert named in line and "PGLOCK_DSN" in line and "/etc/pglock/config.toml" in line
+    # The config file named is the one read: PGLOCK_CONFIG's, else the default path.
+    read = str(config) if "PGLOCK_CONFIG" in setting else "/etc/pglock/config.toml"
+    assert named in line and "PGLOCK_DSN" in line and read in line
     assert not (tmp_path / "ran").exists() and not (tmp_path / "data").exists()
 
 
