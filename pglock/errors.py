@@ -144,9 +144,11 @@ class Interrupted(PglockError):
 
 
 class OutputFailed(PglockError):
-    """Standard output cannot be written: closed by its reader (EPIPE), or a full disk."""
+    """Standard output cannot be written: closed by its reader (EPIPE) or never open
+    (EBADF), or a full disk."""
 
     def __init__(self, error: OSError) -> None:
         super().__init__(f"cannot write to standard output: {error.strerror or error}")
-        self.closed = error.errno == errno.EPIPE
+        # EBADF: started with standard output closed (`>&-`), as good as a closed pipe.
+        self.closed = error.errno in (errno.EPIPE, errno.EBADF)
         self.exit_status = ExitStatus.OUTPUT_CLOSED if self.closed else ExitStatus.INTERNAL

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pglock.cli import boundary
-from pglock.errors import ExitStatus
+from pglock.errors import ExitStatus, OutputFailed
 from pglock.settings.durations import parse_duration
 
 if TYPE_CHECKING:
@@ -359,8 +359,10 @@ def _name(info: typer.models.CommandInfo) -> str:
     return info.name or typer.main.get_command_name(info.callback.__name__)
 
 
-USAGE = ("usage: pglock COMMAND [OPTIONS] (run, init, status, history, clear, prune, check, "
-         "metrics, crontab, jobs, serve); see 'pglock --help'")
+def usage() -> str:
+    """What bare `pglock` says: every command, in `pglock --help`'s order."""
+    names = ", ".join(_name(info) for info in full_app().registered_commands)
+    return f"usage: pglock COMMAND [OPTIONS] ({names}); see 'pglock --help'"
 
 
 def _undecodable_argument(command: typer.core.TyperCommand | typer.core.TyperGroup,
@@ -394,8 +396,12 @@ def main(argv: list[str] | None = None) -> int:
 
         completion_init()
     args = sys.argv[1:] if argv is None else argv
+    if sys.stdout is None:
+        # Started with standard output closed (`>&-`): Python leaves it None, and the first
+        # write would be an AttributeError after the command's work was done.
+        sys.stdout = boundary.ClosedOutput()
     if not args and not os.environ.get(COMPLETE_VAR):
-        print(USAGE, file=sys.stderr)
+        print(usage(), file=sys.stderr)
         code: int = ExitStatus.USAGE
     else:
         code = _invoke(args)
@@ -419,7 +425,17 @@ def _outcome(args: list[str], checking: bool) -> int:
         return _usage_error(f"the argument {bad} is not valid UTF-8", args, None)
 
     def invoked() -> int:
-        return int(command.main(args=rest, prog_name=prog_name, standalone_mode=False) or 0)
+        try:
+            return int(command.main(args=rest, prog_name=prog_name, standalone_mode=False)
+                       or 0)
+        except SystemExit:
+            # A closed pipe under click's own writing (--help): it wraps the streams and
+            # exits 1; pglock's answer to a closed pipe is the quiet 141.
+            if isinstance(sys.stdout, _click.utils.PacifyFlushWrapper):
+                import errno
+
+                raise OutputFailed(OSError(errno.EPIPE, os.strerror(errno.EPIPE))) from None
+            raise
 
     try:
         return boundary.guarded(invoked, args, checking,
