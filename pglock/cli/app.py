@@ -386,6 +386,29 @@ def _undecodable_argument(command: typer.core.TyperCommand | typer.core.TyperGro
     return next((f"'{shown(arg)}'" for arg in own if undecodable(arg)), None)
 
 
+def _repeated_job(command: typer.core.TyperCommand | typer.core.TyperGroup,
+                  args: list[str]) -> str | None:
+    """The refusal of a second --job on a command that takes one job: click would keep the
+    last and act on it, silently ignoring the first (pause and resume take several)."""
+    job = next((param for param in command.params if isinstance(param, typer.core.TyperOption)
+                and "--job" in param.opts), None)
+    if job is None or job.multiple:
+        return None
+    valued = {name for param in command.params if isinstance(param, typer.core.TyperOption)
+              and not param.is_flag for name in (*param.opts, *param.secondary_opts)}
+    given, i = 0, 0
+    while i < len(args) and args[i] != "--" and args[i].startswith("-"):
+        name, equals, _ = args[i].partition("=")
+        if name in job.opts or (args[i].startswith("-j") and not name.startswith("--")):
+            given += 1
+            i += 1 + (name in job.opts and not equals)
+            continue
+        i += 1 + (name in valued and not equals)
+    if given < 2:
+        return None
+    return f"--job: given {given} times; pglock {command.name} takes one job"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point and the one error boundary: one line on stderr for bad input and for
     pglock's own failures, never a traceback (but with -v), and the documented exit code."""
@@ -423,6 +446,8 @@ def _outcome(args: list[str], checking: bool) -> int:
     command, rest, prog_name = _parser(args)
     if (bad := _undecodable_argument(command, rest)) is not None:
         return _usage_error(f"the argument {bad} is not valid UTF-8", args, None)
+    if (repeated := _repeated_job(command, rest)) is not None:
+        return _usage_error(repeated, args, None)
 
     def invoked() -> int:
         try:
