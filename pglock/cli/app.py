@@ -466,6 +466,7 @@ def _outcome(args: list[str], checking: bool) -> int:
         return boundary.guarded(invoked, args, checking,
                                 passing=(_click.exceptions.ClickException, typer.Abort))
     except _click.exceptions.UsageError as error:
+        _named_as_given(error)
         # Click raises some (an option without its value) without a context: the command
         # is then the first argument, when it names one.
         where = error.ctx.command_path if error.ctx else (
@@ -475,6 +476,21 @@ def _outcome(args: list[str], checking: bool) -> int:
         return _usage_error(error.format_message(), args, None)
     except typer.Abort:
         return ExitStatus.SIGNALLED + 2
+
+
+def _named_as_given(error: Exception) -> None:
+    """A bad value names the option it was given as: typer adds "(env var: 'PGLOCK_X')"
+    to every hint, which misleads when the value came from the command line."""
+    from typer import _click
+    from typer._click.core import ParameterSource
+
+    if not isinstance(error, _click.exceptions.BadParameter) or error.param_hint is not None:
+        return
+    param, ctx = error.param, error.ctx
+    if param is None or ctx is None or param.name is None:
+        return
+    if ctx.get_parameter_source(param.name) is not ParameterSource.ENVIRONMENT:
+        error.param_hint = param.opts
 
 
 def _plugin_code(code: int, checking: bool) -> int:

@@ -60,3 +60,19 @@ def test_an_unusable_data_home_is_named(tmp_path: Path) -> None:
     assert called.stderr == (
         f"pglock: cannot use {not_a_directory}/pglock for the embedded PostgreSQL: Not a "
         "directory (set XDG_DATA_HOME to a writable directory, or PGLOCK_DSN)\n")
+
+
+@pytest.mark.parametrize(("argv", "variables", "line"), [
+    (("run", "-j", "x", "--limit", "x", "--", "true"), {},
+     "Invalid value for '--limit': 'x' is not a valid int. (see 'pglock run --help')"),
+    (("history", "--limit", "1.5"), {},
+     "Invalid value for '--limit': '1.5' is not a valid int. (see 'pglock history --help')"),
+    # From the environment: the variable is what to fix, and it is named.
+    (("run", "-j", "x", "--", "true"), {"PGLOCK_LIMIT": "x"},
+     "Invalid value for '--limit' (env var: 'PGLOCK_LIMIT'): 'x' is not a valid int. "
+     "(see 'pglock run --help')"),
+])
+def test_a_bad_value_names_the_option_as_it_was_given(
+        argv: tuple[str, ...], variables: dict[str, str], line: str) -> None:
+    called = invoke(*argv, env={"PGLOCK_DSN": UNREACHABLE, **variables})
+    assert (called.code, called.stderr) == (2, f"pglock: {line}\n")
