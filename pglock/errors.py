@@ -50,8 +50,9 @@ class ExitStatus(enum.IntEnum):
     SIGNALLED = (128, "killed by signal N: run's command was (or pglock was, before the "
                       "command started); 130 is Ctrl-C", EVERY)
     # 141 = 128+SIGPIPE, what a shell reports for a C tool whose pipe closed.
-    OUTPUT_CLOSED = (141, "standard output was closed early (a pager or head(1) quit): "
-                          "pglock stops quietly", EVERY - RUN)
+    OUTPUT_CLOSED = (141, "standard output was closed early (a pager or head(1) quit) or "
+                          "never open (>&-): pglock stops quietly, after the work it was "
+                          "asked for", EVERY - RUN)
 
     @property
     def label(self) -> str:
