@@ -51,8 +51,9 @@ class ExitStatus(enum.IntEnum):
     SIGNALLED = (128, "killed by signal N: run's command was (or pglock was, before the "
                       "command started); 130 is Ctrl-C", EVERY)
     # 141 = 128+SIGPIPE, what a shell reports for a C tool whose pipe closed.
-    OUTPUT_CLOSED = (141, "standard output was closed early (a pager or head(1) quit): "
-                          "pglock stops quietly", EVERY - RUN)
+    OUTPUT_CLOSED = (141, "standard output was closed early (a pager or head(1) quit) or "
+                          "never open (>&-): pglock stops quietly, after the work it was "
+                          "asked for", EVERY - RUN)
 
     @property
     def label(self) -> str:
@@ -153,9 +154,11 @@ class Interrupted(PglockError):
 
 
 class OutputFailed(PglockError):
-    """Standard output cannot be written: closed by its reader (EPIPE), or a full disk."""
+    """Standard output cannot be written: closed by its reader (EPIPE) or never open
+    (EBADF), or a full disk."""
 
     def __init__(self, error: OSError) -> None:
         super().__init__(f"cannot write to standard output: {error.strerror or error}")
-        self.closed = error.errno == errno.EPIPE
+        # EBADF: started with standard output closed (`>&-`), as good as a closed pipe.
+        self.closed = error.errno in (errno.EPIPE, errno.EBADF)
         self.exit_status = ExitStatus.OUTPUT_CLOSED if self.closed else ExitStatus.INTERNAL

@@ -12,7 +12,7 @@ from typing import TYPE_CHECKING, Annotated
 import typer
 
 from pglock.cli import boundary
-from pglock.errors import ExitStatus
+from pglock.errors import ExitStatus, OutputFailed
 from pglock.settings.durations import parse_duration
 
 if TYPE_CHECKING:
@@ -384,8 +384,10 @@ def _name(info: typer.models.CommandInfo) -> str:
     return info.name or typer.main.get_command_name(info.callback.__name__)
 
 
-USAGE = ("usage: pglock COMMAND [OPTIONS] (run, init, status, history, clear, prune, check, "
-         "metrics, crontab, jobs, serve); see 'pglock --help'")
+def usage() -> str:
+    """What bare `pglock` says: every command, in `pglock --help`'s order."""
+    names = ", ".join(_name(info) for info in full_app().registered_commands)
+    return f"usage: pglock COMMAND [OPTIONS] ({names}); see 'pglock --help'"
 
 
 def _undecodable_argument(command: typer.core.TyperCommand | typer.core.TyperGroup,
@@ -409,6 +411,29 @@ def _undecodable_argument(command: typer.core.TyperCommand | typer.core.TyperGro
     return next((f"'{shown(arg)}'" for arg in own if undecodable(arg)), None)
 
 
+def _repeated_job(command: typer.core.TyperCommand | typer.core.TyperGroup,
+                  args: list[str]) -> str | None:
+    """The refusal of a second --job on a command that takes one job: click would keep the
+    last and act on it, silently ignoring the first (pause and resume take several)."""
+    job = next((param for param in command.params if isinstance(param, typer.core.TyperOption)
+                and "--job" in param.opts), None)
+    if job is None or job.multiple:
+        return None
+    valued = {name for param in command.params if isinstance(param, typer.core.TyperOption)
+              and not param.is_flag for name in (*param.opts, *param.secondary_opts)}
+    given, i = 0, 0
+    while i < len(args) and args[i] != "--" and args[i].startswith("-"):
+        name, equals, _ = args[i].partition("=")
+        if name in job.opts or (args[i].startswith("-j") and not name.startswith("--")):
+            given += 1
+            i += 1 + (name in job.opts and not equals)
+            continue
+        i += 1 + (name in valued and not equals)
+    if given < 2:
+        return None
+    return f"--job: given {given} times; pglock {command.name} takes one job"
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point and the one error boundary: one line on stderr for bad input and for
     pglock's own failures, never a traceback (but with -v), and the documented exit code."""
@@ -419,8 +444,12 @@ def main(argv: list[str] | None = None) -> int:
 
         completion_init()
     args = sys.argv[1:] if argv is None else argv
+    if sys.stdout is None:
+        # Started with standard output closed (`>&-`): Python leaves it None, and the first
+        # write would be an AttributeError after the command's work was done.
+        sys.stdout = boundary.ClosedOutput()
     if not args and not os.environ.get(COMPLETE_VAR):
-        print(USAGE, file=sys.stderr)
+        print(usage(), file=sys.stderr)
         code: int = ExitStatus.USAGE
     else:
         code = _invoke(args)
@@ -442,14 +471,27 @@ def _outcome(args: list[str], checking: bool) -> int:
     command, rest, prog_name = _parser(args)
     if (bad := _undecodable_argument(command, rest)) is not None:
         return _usage_error(f"the argument {bad} is not valid UTF-8", args, None)
+    if (repeated := _repeated_job(command, rest)) is not None:
+        return _usage_error(repeated, args, None)
 
     def invoked() -> int:
-        return int(command.main(args=rest, prog_name=prog_name, standalone_mode=False) or 0)
+        try:
+            return int(command.main(args=rest, prog_name=prog_name, standalone_mode=False)
+                       or 0)
+        except SystemExit:
+            # A closed pipe under click's own writing (--help): it wraps the streams and
+            # exits 1; pglock's answer to a closed pipe is the quiet 141.
+            if isinstance(sys.stdout, _click.utils.PacifyFlushWrapper):
+                import errno
+
+                raise OutputFailed(OSError(errno.EPIPE, os.strerror(errno.EPIPE))) from None
+            raise
 
     try:
         return boundary.guarded(invoked, args, checking,
                                 passing=(_click.exceptions.ClickException, typer.Abort))
     except _click.exceptions.UsageError as error:
+        _named_as_given(error)
         # Click raises some (an option without its value) without a context: the command
         # is then the first argument, when it names one.
         where = error.ctx.command_path if error.ctx else (
@@ -459,6 +501,21 @@ def _outcome(args: list[str], checking: bool) -> int:
         return _usage_error(error.format_message(), args, None)
     except typer.Abort:
         return ExitStatus.SIGNALLED + 2
+
+
+def _named_as_given(error: Exception) -> None:
+    """A bad value names the option it was given as: typer adds "(env var: 'PGLOCK_X')"
+    to every hint, which misleads when the value came from the command line."""
+    from typer import _click
+    from typer._click.core import ParameterSource
+
+    if not isinstance(error, _click.exceptions.BadParameter) or error.param_hint is not None:
+        return
+    param, ctx = error.param, error.ctx
+    if param is None or ctx is None or param.name is None:
+        return
+    if ctx.get_parameter_source(param.name) is not ParameterSource.ENVIRONMENT:
+        error.param_hint = param.opts
 
 
 def _plugin_code(code: int, checking: bool) -> int:

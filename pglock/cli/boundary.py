@@ -7,6 +7,8 @@ No typer here: `pglock run` goes through it without importing typer (runline.py)
 from __future__ import annotations
 
 import contextlib
+import errno
+import io
 import logging
 import os
 import sys
@@ -29,6 +31,20 @@ class _State:
     # Whether the command being run configured the output (errors raised while its
     # options are still being parsed come before that).
     output_configured = False
+
+
+class ClosedOutput(io.TextIOBase):
+    """Standard output for a process started without one: every write is the closed pipe's
+    OutputFailed (a quiet exit 141), raised past the libraries that write to it."""
+
+    def write(self, text: str) -> int:
+        raise OutputFailed(OSError(errno.EBADF, os.strerror(errno.EBADF)))
+
+    def isatty(self) -> bool:
+        return False
+
+    def fileno(self) -> int:
+        return 1
 
 
 def reset() -> None:

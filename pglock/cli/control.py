@@ -236,8 +236,9 @@ def forget(
     check_reason(reason, "--reason is required: say why, for the audit row")
     name_of_job = check_job(job)
     with connected(dsn, schema, connect_timeout, "forget") as (conn, _, name):
-        control.forget(conn, name, name_of_job, reason=reason, by=admin.operator())
-    _say(f"forgot job {name_of_job}; its history stays until pruned", quiet)
+        unpaused = control.forget(conn, name, name_of_job, reason=reason, by=admin.operator())
+    ended = "; its pause ended with it" if unpaused else ""
+    _say(f"forgot job {name_of_job}{ended}; its history stays until pruned", quiet)
     return 0
 
 

@@ -59,9 +59,16 @@ def doctor(
     name = config.configured_schema(schema)
     try:
         target = config.resolve_target(dsn)
-        with database.opened(target) as conninfo:
-            diagnosis = core.diagnose(target, name, conninfo, timeout=timeout,
-                                      purpose=judged)
+        if target.embedded:
+            # Looked at, never started: doctor changes nothing.
+            running = database.running_embedded()
+            diagnosis = (core.embedded_not_running(target) if running is None
+                         else core.diagnose(target, name, running, timeout=timeout,
+                                            purpose=judged))
+        else:
+            with database.opened(target) as conninfo:
+                diagnosis = core.diagnose(target, name, conninfo, timeout=timeout,
+                                          purpose=judged)
     except ConfigError as error:
         diagnosis = core.Diagnosis("", [core.Finding(
             "database", core.Level.FAIL, str(error), "fix the DSN or the config file")])

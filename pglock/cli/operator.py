@@ -163,6 +163,7 @@ def clear(
     from pglock.reports.jobs import State
 
     with connected(dsn, schema, connect_timeout, "clear") as (conn, _, name):
+        admin.existing(conn, name)
         shown = core.one(conn, name, check_job(job))
         # An overdue job may still be held: its lock's own state decides.
         held_states = (State.RUNNING, State.CLEARED)

@@ -213,6 +213,17 @@ def session(target: Target, *, application_name: str,
         yield conn, EMBEDDED_PLACE if target.embedded else place(conn)
 
 
+def running_embedded() -> str | None:
+    """The conninfo of this host's embedded server if it runs, else None: neither started
+    nor joined (doctor looks without changing anything)."""
+    from pglock.db import embedded
+
+    try:
+        return embedded.EmbeddedServer(embedded.default_data_dir()).conninfo
+    except embedded.EmbeddedError:
+        return None
+
+
 @contextlib.contextmanager
 def opened(target: Target) -> Iterator[str]:
     """The conninfo of `target`; the embedded server is joined for the duration."""

@@ -260,8 +260,17 @@ class EmbeddedServer:
     @contextmanager
     def _control(self, deadline: float) -> Iterator[None]:
         """Hold control.lock, which serializes every start and stop of the server."""
-        self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
-        fd = os.open(self.data_dir / "control.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        try:
+            self.data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+            fd = os.open(self.data_dir / "control.lock", os.O_RDWR | os.O_CREAT, 0o600)
+        except OSError as error:
+            from pglock.settings.config import shown
+
+            # An unusable XDG_DATA_HOME (a file, read-only, missing parent): name the path.
+            raise EmbeddedError(
+                f"cannot use {shown(str(self.data_dir))} for the embedded PostgreSQL: "
+                f"{error.strerror or error} (set XDG_DATA_HOME to a writable directory, or "
+                "PGLOCK_DSN)") from error
         try:
             _flock(fd, fcntl.LOCK_EX, deadline)
             yield

@@ -47,8 +47,9 @@ class Place(NamedTuple):
 
 
 _URI_PREFIX = r"(?i)postgres(?:ql)?://"
-# What a host, port or database name holds; anything else is shown by nobody.
-_SAFE_FIELD = r"[\w.\-,\[\]:%/]*"
+# What a host, port or database name holds; anything else is shown by nobody. An @ (a
+# database named "app@eu") is safe once misread() has ruled out a URI password.
+_SAFE_FIELD = r"[\w.\-,\[\]:%/@]*"
 
 
 def _userinfo(conninfo: str) -> str | None:
@@ -57,7 +58,14 @@ def _userinfo(conninfo: str) -> str | None:
     prefix = re.match(_URI_PREFIX, stripped)
     if prefix is None:
         return None
-    userinfo, at, _ = stripped[prefix.end():].rpartition("@")
+    rest = stripped[prefix.end():]
+    authority, slash, path = rest.partition("/")
+    if slash and "@" in path.partition("?")[0] and not re.search("[@:]", authority):
+        # The @ is in the database name: before it is a bare host or nothing (no "user:",
+        # so no password). With user information or a port, "user:pass/word@host" reads
+        # the same as "host:port/db@x": that stays refused (percent-encode the @).
+        return None
+    userinfo, at, _ = rest.rpartition("@")
     return userinfo if at else None
 
 

@@ -131,6 +131,16 @@ def ensure(conn: psycopg.Connection[Any], schema: str) -> None:
         create(conn, schema)
 
 
+def existing(conn: psycopg.Connection[Any], schema: str) -> None:
+    """ensure() for the operator commands, which never create a schema: a typo'd --schema
+    must not become a new empty one (where `pause --all` would pause nothing real). An
+    older version is upgraded, as by any command."""
+    if not readable(conn, schema):
+        raise SchemaError(f"schema {schema!r} does not exist in this database; pglock "
+                          "creates it at a job's first run or with pglock init (is --schema "
+                          "or PGLOCK_SCHEMA right?)")
+
+
 def readable(conn: psycopg.Connection[Any], schema: str) -> bool:
     """Whether the schema exists (and is a version we understand); reports never create it."""
     try:

@@ -17,6 +17,7 @@ from typing import Any, Protocol
 
 import psycopg
 
+from pglock.db import engine
 from pglock.db.keys import advisory_key
 from pglock.db.schema import query
 from pglock.errors import DatabaseError
@@ -193,7 +194,10 @@ class AdvisoryRenewer:
 
 def try_acquire(session: Session, conn: psycopg.Connection[Any],
                  claim: lease.Claim, start: ledger.RunStart | None) -> lease.Attempt:
-    """One attempt in advisory mode: the session lock first, then the row."""
+    """One attempt in advisory mode: the session lock first, then the row. An engine
+    whose advisory locks lock nothing is refused first, from what its session said when
+    it started (no round trip: tests/lock/test_round_trips.py)."""
+    engine.refuse_fake_advisory(conn)
     if not take(conn, claim):
         return lease.Attempt.HELD
     try:

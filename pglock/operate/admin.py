@@ -144,6 +144,13 @@ def operator() -> str:
     return f"{config.shown(user)}@{config.shown(socket.gethostname())}"
 
 
+def existing(conn: psycopg.Connection[Any], schema_name: str) -> None:
+    """Before an operator command reads what to act on: a schema that is not there is an
+    error naming it (a typo'd --schema), never created."""
+    with database.translated("cannot read the schema"):
+        schema.existing(conn, schema_name)
+
+
 def clear(conn: psycopg.Connection[Any], schema_name: str, shown: Job, *,
           reason: str | None, now: bool, by: str) -> Cleared | None:
     """Take the lock from the holder shown (a semaphore job's: every seat running, as
@@ -202,7 +209,7 @@ def prune(conn: psycopg.Connection[Any], schema_name: str, older_than: float,
           batch: int = PRUNE_BATCH_SIZE) -> tuple[int, datetime]:
     """Delete finished runs older than `older_than` seconds in batches; (count, cutoff)."""
     with database.translated("cannot prune the history"):
-        schema.ensure(conn, schema_name)
+        schema.existing(conn, schema_name)
         row = conn.execute(PRUNE_CUTOFF, {"older_than": timedelta(seconds=older_than)}).fetchone()
         assert row is not None
         cutoff = row[0]

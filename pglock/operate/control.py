@@ -108,7 +108,9 @@ WHERE job = %(job)s AND released_at IS NULL AND cleared_at IS NULL
   AND expires_at > clock_timestamp()
 """
 
-# Whether the holder has seen the request (a renewal after it), and how its run ended.
+# Whether the holder has seen the request (a renewal after it), and how its run ended;
+# whether it let the lock go (released, taken by another, or expired), which is when the
+# stop is done: a holder in its retry delay has a finished run and still holds the lock.
 STOPPING = """
 SELECT l.fencing_token = %(token)s AND l.renewed_at > l.stop_requested_at AS seen,
        (SELECT r.outcome FROM {schema}.runs r
@@ -117,7 +119,9 @@ SELECT l.fencing_token = %(token)s AND l.renewed_at > l.stop_requested_at AS see
        (SELECT r.exit_code FROM {schema}.runs r
         WHERE r.job = %(job)s AND r.fencing_token = %(token)s AND r.outcome <> 'cleared'
         ORDER BY r.id DESC LIMIT 1) AS exit_code,
-       clock_timestamp() > l.stop_requested_at + l.ttl AS overdue
+       clock_timestamp() > l.stop_requested_at + l.ttl AS overdue,
+       l.fencing_token <> %(token)s OR l.released_at IS NOT NULL
+           OR l.expires_at <= clock_timestamp() AS let_go
 FROM {schema}.locks l WHERE l.job = %(job)s
 """
 
@@ -137,13 +141,21 @@ WITH running AS (
         timezone = NULL, last_slot = NULL, next_slot = NULL
     WHERE j.job = %(job)s AND j.forgotten_at IS NULL AND NOT EXISTS (SELECT 1 FROM running)
     RETURNING j.job
+), unpaused AS (
+    -- Its pause ends with it: a forgotten job is in no status, so a pause kept would
+    -- make a run that brings it back skip with nothing saying why (docs/operators.md).
+    DELETE FROM {schema}.pauses p WHERE p.job = %(job)s AND EXISTS (SELECT 1 FROM forgotten)
+    RETURNING p.job, p.until IS NULL OR p.until > clock_timestamp() AS active
 ), audit AS (
-    INSERT INTO {schema}.audit (job, action, by, reason)
-    SELECT job, 'forget', %(by)s, %(reason)s FROM forgotten
+    INSERT INTO {schema}.audit (job, action, by, reason, detail)
+    SELECT job, 'forget', %(by)s, %(reason)s, NULL FROM forgotten
+    UNION ALL
+    SELECT job, 'resume', %(by)s, %(reason)s, 'with forget' FROM unpaused WHERE active
 )
 SELECT EXISTS (SELECT 1 FROM forgotten),
        (SELECT string_agg(holder || ':' || holder_pid, ', ') FROM running),
-       EXISTS (SELECT 1 FROM {schema}.jobs WHERE job = %(job)s AND forgotten_at IS NULL)
+       EXISTS (SELECT 1 FROM {schema}.jobs WHERE job = %(job)s AND forgotten_at IS NULL),
+       EXISTS (SELECT 1 FROM unpaused WHERE active)
 """
 
 
@@ -270,7 +282,7 @@ def pause(conn: psycopg.Connection[Any], schema_name: str, jobs: list[str], *, e
     """Pause the jobs (or every job); the holders whose running commands will finish."""
     targets = _targets(jobs, every)
     with database.translated("cannot pause"):
-        schema.ensure(conn, schema_name)
+        schema.existing(conn, schema_name)
         _check_known(conn, schema_name, targets)
         ends = None
         if until is not None:
@@ -294,7 +306,7 @@ def resume(conn: psycopg.Connection[Any], schema_name: str, jobs: list[str], *, 
     """Resume the jobs (or, with --all, undo `pause --all`)."""
     targets = _targets(jobs, every)
     with database.translated("cannot resume"):
-        schema.ensure(conn, schema_name)
+        schema.existing(conn, schema_name)
         with conn.transaction():
             rows = conn.execute(schema.query(RESUME, schema_name),
                                 {"jobs": targets, "by": by, "reason": reason}).fetchall()
@@ -310,7 +322,7 @@ def stop(conn: psycopg.Connection[Any], schema_name: str, job: str, *, reason: s
          by: str) -> StopRequest:
     """Ask the job's holder to stop its command; NothingDone when nothing runs."""
     with database.translated(f"cannot stop job {job!r}"):
-        schema.ensure(conn, schema_name)
+        schema.existing(conn, schema_name)
         with conn.transaction():
             row = conn.execute(schema.query(STOP, schema_name),
                                {"job": job, "by": by, "reason": reason}).fetchone()
@@ -329,7 +341,9 @@ def stop(conn: psycopg.Connection[Any], schema_name: str, job: str, *, reason: s
 
 def wait_stopped(conn: psycopg.Connection[Any], schema_name: str, request: StopRequest,
                  poll: float = 0.25) -> StopResult:
-    """Wait until the stopped run has ended, or its holder failed to react within its ttl."""
+    """Wait until the holder has ended its run and let the lock go (a holder in a retry
+    delay ended its last attempt before the request: it records the next `stopped`), or
+    failed to react within its ttl."""
     params = {"job": request.job, "token": request.fencing_token}
     seen = False
     with database.translated(f"cannot follow the stop of job {request.job!r}"):
@@ -338,29 +352,32 @@ def wait_stopped(conn: psycopg.Connection[Any], schema_name: str, request: StopR
             if row is None:
                 return StopResult(None, None, seen)
             seen = seen or bool(row[0])
-            outcome, exit_code, overdue = row[1], row[2], row[3]
-            if outcome is not None and outcome != "running":
+            outcome, exit_code, overdue, let_go = row[1], row[2], row[3], row[4]
+            if let_go and outcome is not None and outcome != "running":
                 return StopResult(outcome, exit_code, True)
-            if overdue and not seen:
+            if overdue and (not seen or let_go):
+                # Never saw the request, or let the lock expire with its run unended.
                 return StopResult(None, None, False)
             time.sleep(poll)
 
 
 def forget(conn: psycopg.Connection[Any], schema_name: str, job: str, *, reason: str,
-           by: str) -> None:
-    """Retire a job: gone from status, check and metrics; refused while it runs."""
+           by: str) -> bool:
+    """Retire a job: gone from status, check and metrics, its own pause ended (audited as
+    a resume); refused while it runs. Whether a pause ended with it."""
     with database.translated(f"cannot forget job {job!r}"):
-        schema.ensure(conn, schema_name)
+        schema.existing(conn, schema_name)
         with conn.transaction():
             row = conn.execute(schema.query(FORGET, schema_name),
                                {"job": job, "by": by, "reason": reason}).fetchone()
     assert row is not None
-    done, running, known = row
+    done, running, known, unpaused = row
     if running is not None:
         raise NothingDone(f"job {job!r} is running on {running}; let it finish (or "
                           "pglock stop it) before forgetting it")
     if not done and not known:
         raise UnknownJob(f"no job named {job!r} is known here (schema {schema_name!r})")
+    return bool(unpaused)
 
 
 @dataclass(frozen=True)
@@ -379,7 +396,7 @@ def replay(conn: psycopg.Connection[Any], schema_name: str, job: str, *,
     `pglock run` of the slot makes (on any host, within its --deadline); NothingDone when
     the slot is running, succeeded, or still has attempts left."""
     with database.translated(f"cannot replay job {job!r}"):
-        schema.ensure(conn, schema_name)
+        schema.existing(conn, schema_name)
         with conn.transaction():
             row = conn.execute(schema.query(REPLAY_TARGET, schema_name),
                                {"job": job, "slot": slot}).fetchone()

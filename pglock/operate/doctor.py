@@ -14,7 +14,7 @@ from typing import Any
 
 import psycopg
 
-from pglock.db import database, schema
+from pglock.db import database, engine, schema
 from pglock.errors import DatabaseError
 from pglock.settings.config import Target
 
@@ -83,6 +83,7 @@ SERVER = """
 SELECT current_setting('server_version_num')::int, current_setting('server_version'),
        pg_is_in_recovery(), current_user, current_database()
 """
+VERSION_TEXT = "SELECT version()"
 SCHEMA_VERSION = "SELECT value::int FROM {schema}.meta WHERE key = 'version'"
 SCHEMA_EXISTS = "SELECT has_schema_privilege(%(schema)s, 'USAGE') FROM pg_namespace " \
                 "WHERE nspname = %(schema)s"
@@ -142,6 +143,7 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
         judged = purpose or _widest(can)
         findings.append(_for_purpose(found, can, purpose))
         checks: list[tuple[str, Callable[[], Finding]]] = [
+            ("engine", lambda: _engine(conn)),
             ("terminate", lambda: _signal_backend(conn, judged)),
             ("timeouts", lambda: _timeouts(conn)),
             ("commit", lambda: _synchronous_commit(conn)),
@@ -156,6 +158,16 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
             ]
         findings += [_guarded(name, check) for name, check in checks]
     return Diagnosis(place, findings)
+
+
+def embedded_not_running(target: Target) -> Diagnosis:
+    """The embedded server is not running: doctor does not start it (it changes nothing),
+    so there is no server to check."""
+    return Diagnosis(database.EMBEDDED_PLACE, [
+        _target(target), _password(target),
+        Finding("server", Level.WARN, "the embedded server is not running; doctor does not "
+                "start it (the next pglock command that needs it does)",
+                "run doctor while a job runs, or after `pglock status` started it")])
 
 
 def _guarded(name: str, check: Callable[[], Finding]) -> Finding:
@@ -229,6 +241,29 @@ def _server(conn: psycopg.Connection[Any], place: str) -> Finding:
         return Finding("server", Level.WARN, detail,
                        "advisory mode and clear --terminate need PostgreSQL 14 or later")
     return Finding("server", Level.OK, detail)
+
+
+def _engine(conn: psycopg.Connection[Any]) -> Finding:
+    """The engine behind the protocol, and whether its advisory locks lock (db/engine.py)."""
+    row = conn.execute(VERSION_TEXT).fetchone()
+    assert row is not None
+    found = engine.identify(conn.info.parameter_status("server_version"),
+                            conn.info.parameter_status("crdb_version"), row[0])
+    if found.name == "PostgreSQL":
+        return Finding("engine", Level.OK, f"{found}: leases and session advisory locks")
+    if found.name == "CockroachDB":
+        return Finding("engine", Level.FAIL, f"{found}: {found.advisory}, so `run --mode "
+                       "advisory` is refused; pglock is built and tested for PostgreSQL",
+                       "use PostgreSQL (docs/advisory.md, Engines)")
+    if found.advisory is not None:
+        return Finding("engine", Level.WARN, f"{found}: {found.advisory}, so `run --mode "
+                       "advisory` fails; pglock is built and tested for PostgreSQL",
+                       "use --mode lease, or YugabyteDB 2.25.1 or later with its advisory "
+                       "locks enabled (docs/advisory.md, Engines)")
+    return Finding("engine", Level.WARN, f"{found}: advisory locks from 2.25.1, behind server "
+                   "flags; pglock is built and tested for PostgreSQL",
+                   "enable YugabyteDB's advisory locks before --mode advisory, or use --mode "
+                   "lease (docs/advisory.md, Engines)")
 
 
 def _widest(can: dict[str, bool] | None) -> Purpose:

@@ -197,6 +197,19 @@ def checked(path: Path, name: str, table: Mapping[str, object]) -> ConfiguredJob
     return ConfiguredJob(check_job(name), path, values)
 
 
+# The keys whose value may be a TOML number, and what they take instead of another type.
+_DURATION = 'must be a duration in a string ("90s", "5m", "1h30m") or a number of seconds'
+NUMBERS = {**dict.fromkeys((*DURATIONS, "--hook-timeout"), _DURATION),
+           "--output-tail": 'must be a size in a string ("4KiB", "1MiB") or a number of bytes'}
+
+
+def _decimal(value: float) -> str:
+    """A TOML float as the command line would type it (150.0 as 150, 1e300 as written)."""
+    if not abs(value) < 1e15:
+        return repr(value)
+    return f"{value:f}".rstrip("0").rstrip(".")
+
+
 def _unknown(key: str, keys: Mapping[str, object]) -> str:
     if key in NOT_IN_A_TABLE:
         return f"not a job setting: {NOT_IN_A_TABLE[key]}"
@@ -221,13 +234,13 @@ def _typed(where: _Where, key: str, kind: str | bool, value: object) -> Any:
         if isinstance(value, bool) or not isinstance(value, int):
             raise where.error("must be a whole number", key)
         return value
-    if f"--{key}" in DURATIONS:
-        # A bare number is seconds, on the command line as here.
-        if isinstance(value, int) and not isinstance(value, bool):
-            return str(value)
+    if f"--{key}" in NUMBERS:
+        # A bare number is seconds (bytes for output-tail), on the command line as here;
+        # TOML's 90.5 and 1.5e2 are numbers too.
+        if isinstance(value, int | float) and not isinstance(value, bool):
+            return str(value) if isinstance(value, int) else _decimal(value)
         if not isinstance(value, str):
-            raise where.error('must be a duration in a string ("90s", "5m", "1h30m") or a '
-                              "number of seconds", key)
+            raise where.error(NUMBERS[f"--{key}"], key)
         return value
     if not isinstance(value, str):
         raise where.error("must be a string", key)

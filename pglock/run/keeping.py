@@ -56,10 +56,11 @@ def supervise(supervision: Supervision, capture: output.Capture | None,
 
 
 def hold_through(renewer: Renewer, gate: SignalGate, kill_after: float, wait: float,
-                 renewed_at: float) -> tuple[str | None, float]:
+                 renewed_at: float) -> tuple[str | None, float, str | None]:
     """Hold the lock through the wait before the next attempt, renewing it on this thread;
-    why the wait ended early ('signal', 'stop', 'lost'; None: it did not), and the
-    stopwatch time the last renewal was sent (the next attempt's heartbeat counts from it)."""
+    why the wait ended early ('signal', 'stop', 'lost'; None: it did not), the stopwatch
+    time the last renewal was sent (the next attempt's heartbeat counts from it), and an
+    operator's stop's reason."""
     # The same local deadline the heartbeat keeps while a command runs.
     lost_before = slack(renewer.horizon, kill_after)
     end = clock.now() + wait
@@ -69,22 +70,22 @@ def hold_through(renewer: Renewer, gate: SignalGate, kill_after: float, wait: fl
         while True:
             now = clock.now()
             if gate.stop_signal is not None:
-                return "signal", renewed_at
+                return "signal", renewed_at, None
             if now >= renewed_at + renewer.horizon - lost_before:
-                return "lost", renewed_at
+                return "lost", renewed_at, None
             if now >= end:
-                return None, renewed_at
+                return None, renewed_at, None
             if now >= next_renewal:
                 try:
-                    renewal, _ = renewer.renew()
+                    renewal, reason = renewer.renew()
                 except (psycopg.Error, PglockError):
                     renewer.reset()
                     next_renewal = now + RETRY_INTERVAL
                     continue
                 if renewal is lease.Renewal.LOST:
-                    return "lost", renewed_at
+                    return "lost", renewed_at, None
                 if renewal is lease.Renewal.STOP:
-                    return "stop", renewed_at
+                    return "stop", renewed_at, reason
                 renewed_at, next_renewal = now, now + renewer.interval
             ready, _, _ = select.select([gate.wake_r], [], [],
                                         max(0.0, min(end, next_renewal) - clock.now()))

@@ -179,6 +179,9 @@ class Notifier:
     def _hooks(self, result: RunResult,
                previous_outcome: str | None) -> list[tuple[str, str]]:
         options = self.options
+        if result.outcome is Outcome.STOPPED:
+            # An operator's stop is no failure of the job (docs/operators.md): no hook.
+            return []
         if result.outcome is not Outcome.SUCCEEDED:
             chosen = [("on-failure", options.on_failure)]
         else:

@@ -73,10 +73,13 @@ class Pinger:
 
 
 def _final_suffix(result: RunResult) -> str:
-    """`` on success, else `/<code>`: the code pglock exits with (124 timed out, 125 lock
-    lost), or `/fail` when there is no code to tell."""
+    """`` on success, `/log` for an operator's stop (no failure: healthchecks.io logs it
+    without changing the check's state), else `/<code>`: the code pglock exits with (124
+    timed out, 125 lock lost), or `/fail` when there is no code to tell."""
     if result.outcome is Outcome.SUCCEEDED:
         return ""
+    if result.outcome is Outcome.STOPPED:
+        return "/log"
     if result.outcome is Outcome.TIMED_OUT:
         return "/124"
     if result.outcome is Outcome.LOCK_LOST:

@@ -336,10 +336,10 @@ class Slot:
             self.notifier.emit("retry", warning=True, attempt=done.run.attempt,
                                attempts=done.run.attempt_limit, outcome=str(done.result.outcome),
                                exit_code=done.result.exit_code, delay=round(wait, 3))
-            why = self.back_off(wait, done.kept_at)
+            why, reason = self.back_off(wait, done.kept_at)
             if why is not None:
                 self.kept_at = None
-                return self.interrupted(done, why)
+                return self.interrupted(done, why, reason)
             number = done.run.attempt + 1
         self.kept_at = last.kept_at
         self.after(last)
@@ -557,26 +557,31 @@ class Slot:
         ended = Attempted(run, recorded.result, code, recorded.finished, recorded.kept_at)
         return ended, recorded.failure
 
-    def back_off(self, wait: float, renewed_at: float) -> str | None:
+    def back_off(self, wait: float, renewed_at: float) -> tuple[str | None, str | None]:
         """Hold the lock through the wait before the next attempt (keeping.hold_through);
-        why it ended early ('signal', 'stop', 'lost'; None: it did not). `sent` becomes the
-        last renewal's: the next attempt's heartbeat counts from it."""
+        why it ended early ('signal', 'stop', 'lost'; None: it did not), and a stop's
+        reason. `sent` becomes the last renewal's: the next attempt's heartbeat counts
+        from it."""
         from pglock.run import keeping
 
         renewer = keeping.renewer(self.session, self.claim)
         try:
-            why, self.sent = keeping.hold_through(renewer, self.gate, self.options.kill_after,
-                                                  wait, renewed_at)
+            why, self.sent, reason = keeping.hold_through(
+                renewer, self.gate, self.options.kill_after, wait, renewed_at)
         finally:
             if self.claim.mode == "lease":
                 renewer.reset()
-        return why
+        return why, reason
 
-    def interrupted(self, last: Attempted, why: str) -> int:
+    def interrupted(self, last: Attempted, why: str, reason: str | None = None) -> int:
         """The backoff ended early: no further attempt here. A stop signal ends pglock as
-        if it had killed it (128+N); an operator's `stop` closes the slot; a lost lock
-        leaves the slot open for any host. The slot's end is told, with the last
-        attempt's result."""
+        if it had killed it (128+N); an operator's `stop` is the next attempt's, recorded
+        `stopped` before it started (the slot closed, the lock released, exit 143, as a
+        stop of a running command); a lost lock leaves the slot open for any host. The
+        slot's end is told, with the last attempt's result."""
+        if why == "stop" and (stopped := self.stopped_between(last, reason)) is not None:
+            self.after(stopped)
+            return 128 + signal.SIGTERM
         if why == "lost":
             log.warning("job %r: lock lost while waiting to retry; attempt %d was not started "
                         "here (another host may run it)", self.claim.job, last.run.attempt + 1)
@@ -593,6 +598,24 @@ class Slot:
         if why == "signal" and self.gate.stop_signal is not None:
             return 128 + self.gate.stop_signal
         return last.code
+
+    def stopped_between(self, last: Attempted, reason: str | None) -> Attempted | None:
+        """An operator's stop seen in the retry delay: the next attempt recorded `stopped`
+        with nothing run, which releases the lock at once and closes the slot (as `stop
+        --wait` waits for); None when that attempt could not be recorded (the slot was
+        done meanwhile, or the database failed: the caller releases as before)."""
+        try:
+            run = self._record_start(last.run.attempt + 1)
+        except PglockError as error:
+            log.warning("job %r: the stop could not be recorded (%s)", self.claim.job, error)
+            return None
+        if run is None:
+            return None
+        result = RunResult(Outcome.STOPPED, None, 0.0, error=(
+            f"stopped by pglock stop during the retry delay, before attempt {run.attempt} "
+            f"started: {reason or ''}"))
+        ended, _ = self.finish(run, result, retry=False)
+        return ended
 
     def after(self, last: Attempted) -> None:
         """The slot's end, once, with its last attempt: hooks and the final ping (on-failure

@@ -65,6 +65,8 @@ def test_clear_now_frees_the_lock_at_once(env: Env) -> None:
 
 
 def test_clear_when_nobody_holds_the_job(env: Env) -> None:
+    # On a schema that exists: a missing one is an error (test_operator_semantics.py).
+    assert env.run("init", "-q").returncode == 0
     never = env.run("clear", "--job", "ghost", "--yes")
     assert (never.returncode, never.stderr) == (0, "")
     assert "nobody holds job 'ghost'" in never.stdout

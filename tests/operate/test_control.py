@@ -46,6 +46,8 @@ def test_pause_until_ends_by_itself(env: Env) -> None:
 
 
 def test_pause_all_covers_jobs_never_seen_and_resume_all_undoes_it(env: Env) -> None:
+    # Operator commands never create the schema (a typo'd --schema would get a new one).
+    assert env.run("init").returncode == 0
     paused = env.run("pause", "--all", "--reason", "database migration")
     assert (paused.returncode, paused.stdout, paused.stderr) == (
         0, "paused every job until resumed\n", "")

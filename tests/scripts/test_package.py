@@ -259,7 +259,8 @@ def test_no_database_is_one_line(installed: Installed, program: str, config: str
 
 
 @pytest.mark.slow
-def test_man_pages_completions_and_the_monitoring_kit_are_where_the_tools_look(installed: Installed) -> None:
+def test_man_pages_completions_and_the_monitoring_kit_are_where_the_tools_look(
+        installed: Installed) -> None:
     done = installed.host.sh("MANPAGER=cat MANWIDTH=80 man pglock-run")
     assert done.returncode == 0 and "pglock-run" in done.stdout, done.stderr
     done = installed.host.sh(

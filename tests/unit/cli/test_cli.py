@@ -128,8 +128,8 @@ USAGE = [
     pytest.param((*RUN, "--limit", "0", "--", "true"), 2,
                  "pglock: --limit: 0 is out of range (1 to 1000)", id="limit-0"),
     pytest.param((*RUN, "--limit", "many", "--", "true"), 2,
-                 "pglock: Invalid value for '--limit' (env var: 'PGLOCK_LIMIT'): 'many' is not a "
-                 "valid int. (see 'pglock run --help')", id="limit-not-a-number"),
+                 "pglock: Invalid value for '--limit': 'many' is not a valid int. (see 'pglock "
+                 "run --help')", id="limit-not-a-number"),
     pytest.param((*RUN, "--grace", "1m", "--", "true"), 2, "pglock: --grace needs --schedule",
                  id="grace-without-schedule"),
     pytest.param((*RUN, "--schedule", "61 * * * *", "--", "true"), 2,
@@ -155,8 +155,7 @@ USAGE = [
                  "pglock: No such option: --xyzzy (see 'pglock run --help')",
                  id="unknown-option"),
     pytest.param((*RUN, "--conflict-exit-code", "abc", "--", "true"), 2,
-                 "pglock: Invalid value for '--conflict-exit-code' (env var: "
-                 "'PGLOCK_CONFLICT_EXIT_CODE'): 'abc' is not a valid int. "
+                 "pglock: Invalid value for '--conflict-exit-code': 'abc' is not a valid int. "
                  "(see 'pglock run --help')", id="conflict-exit-code-not-a-number"),
     pytest.param(("run", "--job"), 2,
                  "pglock: Option '--job' requires an argument. (see 'pglock run --help')",

@@ -35,8 +35,12 @@ def test_an_unexpected_error_prints_a_fixed_line_never_its_text(
 def test_bare_pglock_prints_a_short_usage(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main([]) == 2
     captured = capsys.readouterr()
-    assert captured.out == "" and captured.err == cli.USAGE + "\n"
+    assert captured.out == "" and captured.err == cli.usage() + "\n"
     assert len(captured.err.splitlines()) == 1
+    # Every command, the operator's and the monitoring ones included (issue 21, item 8).
+    listed = captured.err.split("(")[1].split(")")[0].split(", ")
+    assert listed == [cli._name(info) for info in cli.full_app().registered_commands]
+    assert {"pause", "resume", "stop", "forget", "replay", "doctor"} <= set(listed)
 
 
 @pytest.mark.parametrize("flag", ["-h", "--help"])

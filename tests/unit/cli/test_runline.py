@@ -25,7 +25,7 @@ LINES: list[tuple[list[str], dict[str, str]]] = [
     (["--job", "x", "--no-output-on-failure", "--leave-descendants", "true"], {}),
     (["--job", "x", "--conflict-exit-code", "0", "--", "true"], {}),
     (["--job", "x", "--conflict-exit-code=+12", "--", "true"], {}),
-    (["--job", "x", "--job", "é", "--", "true"], {}),
+    (["--job", "é", "--", "true"], {}),
     (["--job", "e\u0301", "--", "true"], {}),
     (["--job", "x", "--", "--job", "y"], {}),
     (["--job", "x", "cmd", "--", "arg"], {}),
