@@ -135,6 +135,7 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
     with conn:
         place = database.EMBEDDED_PLACE if target.embedded else database.place(conn)
         findings.append(_guarded("server", lambda: _server(conn, place)))
+        findings.append(_guarded("engine", lambda: _engine(conn)))
         can: dict[str, bool] | None = None
         try:
             found, can = _schema(conn, schema_name)
@@ -143,7 +144,6 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
         judged = purpose or _widest(can)
         findings.append(_for_purpose(found, can, purpose))
         checks: list[tuple[str, Callable[[], Finding]]] = [
-            ("engine", lambda: _engine(conn)),
             ("terminate", lambda: _signal_backend(conn, judged)),
             ("timeouts", lambda: _timeouts(conn)),
             ("commit", lambda: _synchronous_commit(conn)),
