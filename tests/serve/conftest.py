@@ -32,13 +32,21 @@ def fleet(dsn: str, tmp_path_factory: pytest.TempPathFactory,
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
 
-# Every pool a test made, closed after it (an open connection left to the collector is a
-# ResourceWarning, an error here).
+# Every pool made, closed after each test and again after its module (an open connection
+# left to the collector is a ResourceWarning, an error here): a module's `web` client
+# outlives the test that first used it, and its pool opens connections again for the next.
 POOLS: list[Pool] = []
 
 
 @pytest.fixture(autouse=True)
 def _pools_closed() -> Iterator[None]:
+    yield
+    for pool in POOLS:
+        pool.close()
+
+
+@pytest.fixture(autouse=True, scope="module")
+def _pools_dropped() -> Iterator[None]:
     yield
     while POOLS:
         POOLS.pop().close()
