@@ -13,7 +13,7 @@ from typing import Any
 import psycopg
 from psycopg import conninfo as libpq_conninfo
 
-from pglock.db import redact
+from pglock.db import bounded, redact
 from pglock.db.bounded import BoundedConnection
 from pglock.errors import ConfigError, DatabaseError
 from pglock.settings.config import Target, undecodable
@@ -176,8 +176,13 @@ class Reconnecting:
             self.conn = None
 
     def abandon(self) -> None:
-        """Forget a connection another thread is stuck on; the next get() opens a new one."""
-        self.conn = None
+        """Forget a connection another thread is stuck on; the next get() opens a new one.
+        Its statement is cancelled (its own bound would, later): nothing of ours is left
+        waiting on the server once pglock exits."""
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                conn.cancel_safe(timeout=bounded.CANCEL_WAIT)
 
 
 @contextlib.contextmanager

@@ -322,8 +322,10 @@ def _replication(conn: psycopg.Connection[Any]) -> Finding:
         if names:
             return Finding("replication", Level.FAIL,
                            f"synchronous_standby_names = {names!r} but no standby is connected: "
-                           "every pglock write waits for one", "start the standby, or clear "
-                           "synchronous_standby_names")
+                           "every write waits for one (pglock run cancels its own at "
+                           "--connect-timeout and exits 125; Patroni's "
+                           "synchronous_mode_strict does this when no standby is left)",
+                           "start the standby, or clear synchronous_standby_names")
         return Finding("replication", Level.WARN,
                        "no standby streams from this server: a failover (if any) has nothing "
                        "up to date to promote",
