@@ -227,11 +227,27 @@ class Slot:
         attempt = 0
         with database.translated(f"cannot take the lock of job {self.claim.job!r}"):
             conn = self.session.get()
+            # A connection cut under the statement (a failover, a restart, a terminated
+            # backend) is retried on a new one for up to --connect-timeout after the cut.
+            cut_until: float | None = None
             while True:
                 sent = clock.now()
                 # The last try of this trigger: a loss to a run of an older slot counts.
                 self.claim.final = sent >= deadline
-                outcome = self._try_acquire(conn, start)
+                try:
+                    outcome = self._try_acquire(conn, start)
+                except psycopg.OperationalError as error:
+                    if cut_until is None:
+                        cut_until = clock.now() + self.options.connect_timeout
+                    if not _cut(conn, error) or clock.now() >= cut_until:
+                        raise
+                    log.debug("job %r: the connection was cut during the acquire (%s): "
+                              "trying again on a new one", self.claim.job,
+                              database.first_line(error))
+                    self.session.close()
+                    self.gate.pause(random.uniform(0.1, 0.5))
+                    conn = self.session.get()
+                    continue
                 if outcome is lease.Attempt.WON:
                     self.notifier.acquired(self.claim.fencing_token, self.claim.slot)
                     self.sent = sent
@@ -626,6 +642,18 @@ class Slot:
         note = self.notifier.after_run(last.result, self.before if newest else None, env)
         if note is not None and newest:
             add_note(self.session, self.claim, last.run.id, note)
+
+
+def _cut(conn: psycopg.Connection[object], error: psycopg.OperationalError) -> bool:
+    """Whether the acquire failed because its connection broke under it (not because it
+    timed out, was not confirmed, or was stopped: pglock/db/bounded.py). Sent again, it is
+    safe whether or not the first one committed: the row is then ours (the same holder
+    id), and its run, never started, is marked abandoned by the new start record."""
+    from pglock.db import bounded
+
+    if isinstance(error, (bounded.StatementTimeout, bounded.NotConfirmed, bounded.Stopped)):
+        return False
+    return conn.closed or conn.broken
 
 
 def _retrying(done: Attempted) -> bool:

@@ -1,0 +1,51 @@
+"""The acquire's statement cut off under it: sent again on a new connection within
+--connect-timeout, rather than ending the run with exit 125 (issue 22)."""
+
+from __future__ import annotations
+
+import psycopg
+import pytest
+from conftest import Env
+from psycopg import sql
+
+pytestmark = pytest.mark.slow
+
+
+def _waiting_backend(env: Env, holder: str) -> int | None:
+    rows = env.query("SELECT pid FROM pg_stat_activity WHERE application_name = %s "
+                     "AND wait_event_type = 'Lock'", (f"pglock run cut on {holder}",))
+    return rows[0][0] if rows else None
+
+
+@pytest.mark.parametrize("mode", ["lease", "advisory"])
+def test_an_acquire_cut_off_is_sent_again_on_a_new_connection(env: Env, mode: str) -> None:
+    """The acquire waits on the job's row (a transaction of the test holds it), its backend
+    is terminated (what a failover or a restart does to it), and the run, connected again,
+    takes the lock once the row is free: exit 0, one run recorded, nothing said."""
+    assert env.run("run", "--job", "cut", "--mode", mode, "--", "true").returncode == 0
+    holder = f"cut-{mode}"
+    with psycopg.connect(env.dsn) as blocker:
+        blocker.execute(sql.SQL("SELECT 1 FROM {}.locks WHERE job = 'cut' FOR UPDATE").format(
+            sql.Identifier(env.schema)))
+        process = env.popen("run", "--job", "cut", "--mode", mode, "--holder", holder,
+                            "--connect-timeout", "60s", "--", "true")
+        try:
+            env.wait_for(lambda: _waiting_backend(env, holder) is not None or
+                         process.poll() is not None, what="the acquire waiting on the row")
+            assert process.poll() is None, process.communicate()
+            first = _waiting_backend(env, holder)
+            env.query("SELECT pg_terminate_backend(%s)", (first,))
+            # Connected again, and waiting on the row again, on a new backend.
+            env.wait_for(lambda: _waiting_backend(env, holder) not in (None, first) or
+                         process.poll() is not None, what="the acquire sent again")
+            assert process.poll() is None, process.communicate()
+        finally:
+            blocker.rollback()
+        try:
+            assert process.communicate(timeout=60) == ("", "")
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
+    assert process.returncode == 0
+    assert [r["outcome"] for r in env.runs("cut")] == ["succeeded", "succeeded"]
