@@ -175,6 +175,13 @@ class Reconnecting:
             self.conn.close()
             self.conn = None
 
+    def backend_pid(self) -> int | None:
+        """The server process of the open connection (None: none is open)."""
+        conn = self.conn
+        if conn is None or conn.closed:
+            return None
+        return conn.info.backend_pid
+
     def abandon(self) -> None:
         """Forget a connection another thread is stuck on; the next get() opens a new one.
         Its statement is cancelled (its own bound would, later): nothing of ours is left
