@@ -21,14 +21,15 @@ def _waiting_backend(env: Env, holder: str) -> int | None:
 def test_an_acquire_cut_off_is_sent_again_on_a_new_connection(env: Env, mode: str) -> None:
     """The acquire waits on the job's row (a transaction of the test holds it), its backend
     is terminated (what a failover or a restart does to it), and the run, connected again,
-    takes the lock once the row is free: exit 0, one run recorded, nothing said."""
+    takes the lock once the row is free: exit 0, its run recorded, nothing said. (--rerun:
+    the first run's lock is still in its hold.)"""
     assert env.run("run", "--job", "cut", "--mode", mode, "--", "true").returncode == 0
     holder = f"cut-{mode}"
     with psycopg.connect(env.dsn) as blocker:
         blocker.execute(sql.SQL("SELECT 1 FROM {}.locks WHERE job = 'cut' FOR UPDATE").format(
             sql.Identifier(env.schema)))
         process = env.popen("run", "--job", "cut", "--mode", mode, "--holder", holder,
-                            "--connect-timeout", "60s", "--", "true")
+                            "--connect-timeout", "60s", "--rerun", "--", "true")
         try:
             env.wait_for(lambda: _waiting_backend(env, holder) is not None or
                          process.poll() is not None, what="the acquire waiting on the row")
