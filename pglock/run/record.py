@@ -37,13 +37,14 @@ class Recorded(NamedTuple):
 
 
 def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: RunResult, *,
-               keep: bool = False) -> Recorded:
+               keep: bool = False, hurry: bool = False) -> Recorded:
     """Write the end of the run and release the lock at the end of its hold (with `keep`,
-    renew it for another attempt instead), retrying across reconnects."""
+    renew it for another attempt instead), retrying across reconnects. With `hurry` (pglock
+    was asked to stop), for --connect-timeout only."""
     # A run that lost its lock to an outage has waited long enough: the lock is gone,
     # and the next acquirer marks the run abandoned. Otherwise a blip at the end of a
     # run is ridden out for up to a ttl, the time the lease lasts anyway.
-    patience = session.timeout if result.outcome is Outcome.LOCK_LOST else max(
+    patience = session.timeout if hurry or result.outcome is Outcome.LOCK_LOST else max(
         session.timeout, claim.ttl)
     deadline = clock.now() + patience
     outcome = Recorded(result, None, "the database did not answer", None)

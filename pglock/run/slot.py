@@ -195,7 +195,7 @@ class Slot:
             self.finish(run, RunResult(
                 Outcome.KILLED, None, 0.0, signal=signum,
                 error=f"not started: pglock was stopped by signal {signum} before the "
-                      "command started"), retry=False)
+                      "command started"), retry=False, hurry=True)
         elif self.claim.fencing_token is not None:
             with contextlib.suppress(psycopg.Error, PglockError):
                 lease.release(self.session.get(), self.claim)
@@ -566,7 +566,8 @@ class Slot:
         return ended
 
     def finish(self, run: ledger.StartedRun, result: RunResult, *, code: int | None = None,
-               say: bool = True, retry: bool = True) -> tuple[Attempted, str | None]:
+               say: bool = True, retry: bool = True,
+               hurry: bool = False) -> tuple[Attempted, str | None]:
         """Record the attempt's end, and release the lock, or keep it when another attempt
         may follow (a failure or timeout with attempts left); tell the event log. With
         `say`, a failure to record is said here. The attempt, and why its end was not
@@ -578,7 +579,8 @@ class Slot:
         # (not lost, stopped, killed, nor unable to start).
         keep = keep or (retry and self.more and (
             result.outcome is Outcome.SUCCEEDED or result.retryable))
-        recorded = record_end(self.session, self.claim, run.id, result, keep=keep)
+        recorded = record_end(self.session, self.claim, run.id, result, keep=keep,
+                              hurry=hurry)
         if keep and recorded.kept_at is None and recorded.failure is not None:
             # Neither kept nor known released: let it go (it expires in its ttl otherwise).
             with contextlib.suppress(psycopg.Error, PglockError):
