@@ -232,3 +232,42 @@ def test_a_stop_signal_ends_a_run_waiting_for_the_standby(unreachable_standby: s
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+def _standby_names(conn: psycopg.Connection[Any], names: str) -> None:
+    conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+    conn.execute("SELECT pg_reload_conf()")
+    time.sleep(0.5)  # the reload reaches the sessions a moment later
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["lease", "advisory"])
+def test_a_holder_whose_writes_block_stops_and_leaves_no_backend(unreachable_standby: str,
+                                                                 mode: str,
+                                                                 tmp_path: Path) -> None:
+    """The standby goes while the command runs: the renewals wait for it, are cancelled at
+    their bound, and the holder stops its command at its local deadline (exit 125, one
+    line); its renewal and end-record backends do not stay waiting on the server."""
+    job, started = f"holder-{mode}", tmp_path / "started"
+    with psycopg.connect(unreachable_standby, autocommit=True) as conn:
+        _standby_names(conn, "")
+        process = _pglock_run(unreachable_standby, job, "--mode", mode, "--ttl", "6s",
+                              "--connect-timeout", "2s", "--", "sh", "-c",
+                              f"touch {started}; exec sleep 120")
+        try:
+            for _ in range(600):
+                if started.exists() or process.poll() is not None:
+                    break
+                time.sleep(0.05)
+            assert process.poll() is None, process.communicate()
+            _standby_names(conn, "nobody")
+            out, err = process.communicate(timeout=90)
+            assert process.returncode == 125, err
+            assert out == ""
+            assert len(err.splitlines()) == 1, err
+            assert "lock lost" in err
+            assert _backends(conn, job) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
