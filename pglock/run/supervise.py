@@ -108,10 +108,6 @@ class SignalGate:
                 os.read(self.wake_r, 512)
         self.checkpoint()
 
-    def unblock(self) -> None:
-        """Deliver the signals held back by blocked()."""
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-
     @contextmanager
     def blocked(self) -> Iterator[None]:
         """Hold signals back while the command is forked, so none lands in between: no
