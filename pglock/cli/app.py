@@ -45,6 +45,12 @@ Schema = Annotated[str | None, typer.Option(
 ConnectTimeout = Annotated[str, typer.Option(
     "--connect-timeout", envvar="PGLOCK_CONNECT_TIMEOUT", metavar="DURATION",
     help="How long to keep trying to connect, across refusals and 'too many clients'.")]
+# run's own: there it bounds each statement too (pglock/db/bounded.py, docs/ha.md).
+RunConnectTimeout = Annotated[str, typer.Option(
+    "--connect-timeout", envvar="PGLOCK_CONNECT_TIMEOUT", metavar="DURATION",
+    help="How long to keep trying to connect, across refusals and 'too many clients'; "
+         "and how long each statement may wait (a commit waiting for a synchronous "
+         "standby included) before it is cancelled (exit 125).")]
 
 
 def _complete_job(ctx: typer.Context, incomplete: str) -> list[str]:
@@ -238,7 +244,7 @@ def run(
              "PATH, or send it to syslog (syslog:/path/to/socket for another socket).")] = None,
     dsn: Dsn = None,
     schema: Schema = None,
-    connect_timeout: ConnectTimeout = "10s",
+    connect_timeout: RunConnectTimeout = "10s",
     verbose: Verbose = False,
     quiet: Quiet = False,
 ) -> int:

@@ -13,7 +13,8 @@ from typing import Any
 import psycopg
 from psycopg import conninfo as libpq_conninfo
 
-from pglock.db import redact
+from pglock.db import bounded, redact
+from pglock.db.bounded import BoundedConnection
 from pglock.errors import ConfigError, DatabaseError
 from pglock.settings.config import Target, undecodable
 
@@ -111,8 +112,10 @@ def first_line(error: BaseException) -> str:
 
 
 def connect(conninfo: str, *, application_name: str, timeout: float,
-            extra: dict[str, Any] | None = None) -> psycopg.Connection[Any]:
-    """An autocommit connection, retried with full-jitter backoff within `timeout` seconds."""
+            extra: dict[str, Any] | None = None,
+            bound: float | None = None) -> psycopg.Connection[Any]:
+    """An autocommit connection, retried with full-jitter backoff within `timeout` seconds;
+    with `bound`, each of its statements is cancelled past that many seconds (bounded.py)."""
     deadline = time.monotonic() + timeout
     params = {**KEEPALIVES, **(extra or {})}
     attempt = 0
@@ -123,11 +126,12 @@ def connect(conninfo: str, *, application_name: str, timeout: float,
             # hand them to another client's session.
             # read-write: never a standby, where locks and rows would mean nothing; with
             # several hosts listed, libpq moves on to the next.
-            return psycopg.connect(
+            conn = BoundedConnection.connect(
                 conninfo, autocommit=True, prepare_threshold=None,
                 target_session_attrs="read-write",
                 application_name=application_name[:63],
                 connect_timeout=max(2, int(remaining + 0.999)), **params)
+            return conn.bounded(bound) if bound is not None else conn
         except psycopg.OperationalError as error:
             remaining = deadline - time.monotonic()
             if not is_transient(error) or remaining <= 0:
@@ -147,6 +151,7 @@ class Reconnecting:
 
     def __init__(self, conninfo: str, *, application_name: str, timeout: float,
                  user_timeout: float | None = None) -> None:
+        # `timeout` bounds each connection (its attempts) and each statement.
         self.conninfo = conninfo
         self.application_name = application_name
         self.timeout = timeout
@@ -159,8 +164,9 @@ class Reconnecting:
         # tcp_user_timeout bounds how long a statement can hang on a vanished server.
         user_timeout = user_timeout or self.user_timeout
         extra = {"tcp_user_timeout": int(user_timeout * 1000)} if user_timeout else None
+        timeout = timeout or self.timeout
         return connect(self.conninfo, application_name=self.application_name,
-                       timeout=timeout or self.timeout, extra=extra)
+                       timeout=timeout, extra=extra, bound=timeout)
 
     def get(self) -> psycopg.Connection[Any]:
         """The run's connection, opened if it is not."""
@@ -180,9 +186,21 @@ class Reconnecting:
             self.conn.close()
             self.conn = None
 
+    def backend_pid(self) -> int | None:
+        """The server process of the open connection (None: none is open)."""
+        conn = self.conn
+        if conn is None or conn.closed:
+            return None
+        return conn.info.backend_pid
+
     def abandon(self) -> None:
-        """Forget a connection another thread is stuck on; the next get() opens a new one."""
-        self.conn = None
+        """Forget a connection another thread is stuck on; the next get() opens a new one.
+        Its statement is cancelled (its own bound would, later): nothing of ours is left
+        waiting on the server once pglock exits."""
+        conn, self.conn = self.conn, None
+        if conn is not None and not conn.closed:
+            with contextlib.suppress(psycopg.Error):
+                conn.cancel_safe(timeout=bounded.CANCEL_WAIT)
 
 
 @contextlib.contextmanager

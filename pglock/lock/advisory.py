@@ -142,6 +142,8 @@ class Session(Protocol):
 
     def close(self) -> None: ...
 
+    def backend_pid(self) -> int | None: ...
+
 
 class AdvisoryRenewer:
     """Check the session lock every CHECK_INTERVAL and renew the row with it."""
@@ -152,7 +154,10 @@ class AdvisoryRenewer:
         self.horizon = horizon(claim.ttl)
         self._session = session
         self._reason = "the lock was taken over or cleared"
-        self._retake = False
+        # The session lock lives on the backend that took it: a session reopened since
+        # (the end of an attempt recorded on a new connection, the lock kept for a retry)
+        # takes it back at its first renewal.
+        self._retake = session.backend_pid() != claim.backend_pid
 
     def renew(self) -> tuple[lease.Renewal, str | None]:
         conn = self._session.get()

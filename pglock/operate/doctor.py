@@ -420,8 +420,10 @@ def _replication(conn: psycopg.Connection[Any], purpose: Purpose) -> Finding:
         if names:
             return Finding("replication", Level.FAIL,
                            f"synchronous_standby_names = {names!r} but no standby is connected: "
-                           "every pglock write waits for one", "start the standby, or clear "
-                           "synchronous_standby_names")
+                           "every write waits for one (pglock run cancels its own at "
+                           "--connect-timeout and exits 125; Patroni's "
+                           "synchronous_mode_strict does this when no standby is left)",
+                           "start the standby, or clear synchronous_standby_names")
         # Whether the database should have a standby is the operator's (or DBA's) call,
         # not a runner's or reader's host's: there, it is said, not warned.
         return Finding("replication", _operators(purpose),

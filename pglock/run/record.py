@@ -4,15 +4,16 @@ answering would block a statement for good; pglock still exits)."""
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import threading
 import time
-from collections.abc import Callable
-from typing import NamedTuple
+from collections.abc import Callable, Iterator
+from typing import Any, NamedTuple
 
 import psycopg
 
-from pglock.db import database
+from pglock.db import bounded, database
 from pglock.db.database import Reconnecting
 from pglock.errors import PglockError
 from pglock.lock import clock, lease, ledger
@@ -36,23 +37,24 @@ class Recorded(NamedTuple):
 
 
 def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: RunResult, *,
-               keep: bool = False) -> Recorded:
+               keep: bool = False, hurry: bool = False) -> Recorded:
     """Write the end of the run and release the lock at the end of its hold (with `keep`,
-    renew it for another attempt instead), retrying across reconnects."""
+    renew it for another attempt instead), retrying across reconnects. With `hurry` (pglock
+    was asked to stop), for --connect-timeout only."""
     # A run that lost its lock to an outage has waited long enough: the lock is gone,
     # and the next acquirer marks the run abandoned. Otherwise a blip at the end of a
     # run is ridden out for up to a ttl, the time the lease lasts anyway.
-    patience = session.timeout if result.outcome is Outcome.LOCK_LOST else max(
+    patience = session.timeout if hurry or result.outcome is Outcome.LOCK_LOST else max(
         session.timeout, claim.ttl)
     deadline = clock.now() + patience
     outcome = Recorded(result, None, "the database did not answer", None)
 
     def attempt() -> None:
         nonlocal outcome
-        conn = session.get()
         sent = clock.now()
-        # One statement: nobody sees the lock free before the run has ended.
-        done = ledger.finish(conn, claim, run_id, result, keep=keep)
+        with _within(session.get(), deadline, session.timeout) as conn:
+            # One statement: nobody sees the lock free before the run has ended.
+            done = ledger.finish(conn, claim, run_id, result, keep=keep)
         # Nothing written: an earlier attempt of ours did commit, before the connection
         # broke, and its release found the lock ours.
         outcome = Recorded(done.result or result if done.recorded else result,
@@ -63,19 +65,40 @@ def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: R
         nonlocal outcome
         outcome = Recorded(outcome.result, outcome.finished, failure, None)
 
-    _bounded(session, attempt, failed, deadline, patience + 1.0)
+    _bounded(session, attempt, failed, deadline, patience + _CANCELLED)
     return outcome
 
 
 def add_note(session: Reconnecting, claim: lease.Claim, run_id: int, note: str) -> None:
     """Record what the hooks and pings came to with the run, bounded as its end was."""
     def attempt() -> None:
-        ledger.add_note(session.get(), claim, run_id, note)
+        with _within(session.get(), clock.now() + session.timeout, session.timeout) as conn:
+            ledger.add_note(conn, claim, run_id, note)
 
     def failed(failure: str) -> None:
         log.info("job %r: the note of run %d was not recorded: %s", claim.job, run_id, failure)
 
-    _bounded(session, attempt, failed, clock.now(), session.timeout + 1.0)
+    _bounded(session, attempt, failed, clock.now(), session.timeout + _CANCELLED)
+
+
+# How long past its bound a statement may take to be cancelled and answer (or have its
+# connection closed): the writer thread is waited for that much longer, so that no
+# statement of ours is left waiting on the server when pglock exits.
+_CANCELLED = 2 * bounded.CANCEL_WAIT + 1.0
+
+
+@contextlib.contextmanager
+def _within(conn: psycopg.Connection[Any], deadline: float,
+            bound: float) -> Iterator[psycopg.Connection[Any]]:
+    """`conn`, its statements in the section bounded to end by `deadline` (and `bound`)."""
+    if not isinstance(conn, bounded.BoundedConnection):
+        yield conn
+        return
+    was, conn.bound = conn.bound, max(0.5, min(bound, deadline - clock.now()))
+    try:
+        yield conn
+    finally:
+        conn.bound = was
 
 
 def unrecorded(run_id: int, failure: str) -> str:

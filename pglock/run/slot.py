@@ -147,8 +147,6 @@ class Slot:
         # An --on-slow hook still running ends (or is killed at --hook-timeout) first.
         for watch in self.watches:
             watch.join(self.options.notify.hook_timeout + self.options.connect_timeout + 1.0)
-        # Held back since a winning acquire: delivered now if nothing forked (a bug).
-        self.gate.unblock()
         self.session.close()
         self.notifier.close()
 
@@ -156,9 +154,16 @@ class Slot:
         """Take the lock (recording the first attempt's start), then the attempts."""
         first = ledger.RunStart(command=shown(self.options.command[0]),
                                 scheduled=self.scheduled, retries=self.options.retries)
+        # From here to the fork, a stop signal cancels the statement in flight and is
+        # acted on when it has answered (SignalGate.deferred_signal).
+        self.gate.deferring = True
         try:
             won = self.acquire(start_by, first)
+            self.gate.checkpoint()
         except Exception as error:
+            if self.gate.deferred_signal is not None:
+                self.stopped_before_start()
+                raise Interrupted(self.gate.deferred_signal) from None
             if isinstance(error, Interrupted) or self.claim.run is None:
                 raise
             raise self.not_started(error) from error
@@ -169,19 +174,31 @@ class Slot:
             if self.claim.run is None and self.claim.missed:
                 return self.catch_up()
             return self.attempts()
-        except Interrupted:
-            # A run recorded by the acquire but never started (the command was not forked)
-            # is left running; the next acquirer marks it abandoned. Nothing ran, so
-            # nobody need wait for us.
-            with contextlib.suppress(psycopg.Error, PglockError):
-                lease.release(self.session.get(), self.claim)
-            raise
         except Exception as error:
-            if self.claim.run is None:
+            if self.gate.deferred_signal is not None:
+                self.stopped_before_start()
+                raise Interrupted(self.gate.deferred_signal) from None
+            if isinstance(error, Interrupted) or self.claim.run is None:
                 raise
             # Recorded as started by the acquire, failed before start() took it over: a
             # bug or the OS. The run is recorded failed and the lock released.
             raise self.not_started(error) from error
+
+    def stopped_before_start(self) -> None:
+        """A stop signal came before the command was forked: a run recorded as started is
+        recorded killed (nothing ran) and the lock released with no hold; a lock held
+        without one is released. Nobody need wait for us."""
+        run, self.claim.run = self.claim.run, None
+        self.claim.hold = 0.0
+        signum = self.gate.deferred_signal
+        if run is not None:
+            self.finish(run, RunResult(
+                Outcome.KILLED, None, 0.0, signal=signum,
+                error=f"not started: pglock was stopped by signal {signum} before the "
+                      "command started"), retry=False, hurry=True)
+        elif self.claim.fencing_token is not None:
+            with contextlib.suppress(psycopg.Error, PglockError):
+                lease.release(self.session.get(), self.claim)
 
     def not_started(self, error: Exception) -> PglockError:
         """The first attempt's start record ended as failed, nothing having been forked."""
@@ -200,8 +217,8 @@ class Slot:
                 ) -> bool:
         """Try (or wait) for the lock; whether it was won (`sent`: when the winning request
         was sent). With `start`, the winning statement records the run as started too
-        (claim.run), and signals are held back from that statement on: a run recorded as
-        started has a command to forward them to (start() unblocks them after the fork)."""
+        (claim.run). Each statement is bounded (--connect-timeout) and a stop signal
+        cancels it (the gate defers it: run())."""
         if clock.now() > start_by:
             log.debug("job %r: skipped: started past --deadline", self.claim.job)
             self.notifier.skipped("past_deadline")
@@ -210,11 +227,27 @@ class Slot:
         attempt = 0
         with database.translated(f"cannot take the lock of job {self.claim.job!r}"):
             conn = self.session.get()
+            # A connection cut under the statement (a failover, a restart, a terminated
+            # backend) is retried on a new one for up to --connect-timeout after the cut.
+            cut_until: float | None = None
             while True:
                 sent = clock.now()
                 # The last try of this trigger: a loss to a run of an older slot counts.
                 self.claim.final = sent >= deadline
-                outcome = self._try_acquire(conn, start)
+                try:
+                    outcome = self._try_acquire(conn, start)
+                except psycopg.OperationalError as error:
+                    if cut_until is None:
+                        cut_until = clock.now() + self.options.connect_timeout
+                    if not _cut(conn, error) or clock.now() >= cut_until:
+                        raise
+                    log.debug("job %r: the connection was cut during the acquire (%s): "
+                              "trying again on a new one", self.claim.job,
+                              database.first_line(error))
+                    self.session.close()
+                    self.gate.pause(random.uniform(0.1, 0.5))
+                    conn = self.session.get()
+                    continue
                 if outcome is lease.Attempt.WON:
                     self.notifier.acquired(self.claim.fencing_token, self.claim.slot)
                     self.sent = sent
@@ -227,22 +260,17 @@ class Slot:
                     # A held session lock short-cuts the acquire statement, which notes it.
                     lease.note_waiting(conn, self.claim)
                 attempt += 1
-                time.sleep(min(remaining,
-                               random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2**attempt)))
+                # Cut short by a stop signal, which is then raised.
+                self.gate.pause(min(remaining,
+                                    random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2**attempt)))
 
     def _try_acquire(self, conn: psycopg.Connection[object], start: ledger.RunStart | None,
                      ) -> lease.Attempt:
-        if start is not None:
-            self.gate.block()
-        try:
-            if self.claim.mode == "advisory":
-                from pglock.lock import advisory
+        if self.claim.mode == "advisory":
+            from pglock.lock import advisory
 
-                return advisory.try_acquire(self.session, conn, self.claim, start)
-            return lease.try_acquire(conn, self.claim, start)
-        finally:
-            if start is not None and self.claim.run is None:
-                self.gate.unblock()
+            return advisory.try_acquire(self.session, conn, self.claim, start)
+        return lease.try_acquire(conn, self.claim, start)
 
     def _skipped(self, conn: psycopg.Connection[object], outcome: lease.Attempt) -> None:
         claim = self.claim
@@ -317,6 +345,8 @@ class Slot:
         number = 1
         while True:
             done = self.attempt(number)
+            # A stop signal while the end was recorded: no further attempt, no hooks.
+            self.gate.checkpoint()
             if done is None:
                 if last is None:
                     self.notifier.skipped("slot_ran")
@@ -384,21 +414,26 @@ class Slot:
         start, or its attempts are spent). `attempt` numbers an unscheduled run's attempts;
         a scheduled one gets its slot's next.
         """
-        # Signals wait from the start record to the fork: a run recorded as started always
-        # has a command to forward them to. The first attempt's start was recorded by the
-        # acquire statement, since when they have been held back (acquire's `start`).
+        # A stop signal from the start record to the fork is deferred (never blocked
+        # across the statement): a run recorded as started and stopped before its fork is
+        # recorded killed (run()). Signals are blocked across the fork alone, so that none
+        # lands between it and the command being there to forward them to.
         from pglock.lock.heartbeat import start_deadline
         from pglock.run import keeping
         from pglock.run.child import CannotStart, Child, LateStart
         from pglock.run.environment import command_environment
 
-        with self.gate.blocked():
-            run = self.claim.run
-            self.claim.run = None
+        self.gate.deferring = True
+        run = self.claim.run
+        self.claim.run = None
+        if run is None:
+            run = self._record_start(attempt)
             if run is None:
-                run = self._record_start(attempt)
-                if run is None:
-                    return None
+                return None
+        with self.gate.blocked():
+            if self.gate.deferred_signal is not None:
+                self.claim.run = run
+                raise Interrupted(self.gate.deferred_signal)
             try:
                 self.gate.child = Child.spawn(
                     self.options.command,
@@ -531,7 +566,8 @@ class Slot:
         return ended
 
     def finish(self, run: ledger.StartedRun, result: RunResult, *, code: int | None = None,
-               say: bool = True, retry: bool = True) -> tuple[Attempted, str | None]:
+               say: bool = True, retry: bool = True,
+               hurry: bool = False) -> tuple[Attempted, str | None]:
         """Record the attempt's end, and release the lock, or keep it when another attempt
         may follow (a failure or timeout with attempts left); tell the event log. With
         `say`, a failure to record is said here. The attempt, and why its end was not
@@ -543,7 +579,8 @@ class Slot:
         # (not lost, stopped, killed, nor unable to start).
         keep = keep or (retry and self.more and (
             result.outcome is Outcome.SUCCEEDED or result.retryable))
-        recorded = record_end(self.session, self.claim, run.id, result, keep=keep)
+        recorded = record_end(self.session, self.claim, run.id, result, keep=keep,
+                              hurry=hurry)
         if keep and recorded.kept_at is None and recorded.failure is not None:
             # Neither kept nor known released: let it go (it expires in its ttl otherwise).
             with contextlib.suppress(psycopg.Error, PglockError):
@@ -623,11 +660,25 @@ class Slot:
         from pglock.run.environment import command_environment
         from pglock.run.record import add_note
 
+        # The hooks are not a database wait: a stop signal ends them as before.
+        self.gate.deferring = False
         newest = last.finished is not None and last.finished.newest
         env = command_environment(self.options, self.claim, last.run.id, last.run.attempt)
         note = self.notifier.after_run(last.result, self.before if newest else None, env)
         if note is not None and newest:
             add_note(self.session, self.claim, last.run.id, note)
+
+
+def _cut(conn: psycopg.Connection[object], error: psycopg.OperationalError) -> bool:
+    """Whether the acquire failed because its connection broke under it (not because it
+    timed out, was not confirmed, or was stopped: pglock/db/bounded.py). Sent again, it is
+    safe whether or not the first one committed: the row is then ours (the same holder
+    id), and its run, never started, is marked abandoned by the new start record."""
+    from pglock.db import bounded
+
+    if isinstance(error, (bounded.StatementTimeout, bounded.NotConfirmed, bounded.Stopped)):
+        return False
+    return conn.closed or conn.broken
 
 
 def _retrying(done: Attempted) -> bool:

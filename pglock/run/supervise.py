@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import contextlib
 import os
+import select
 import selectors
 import signal
 from collections.abc import Callable, Iterator
@@ -21,6 +22,7 @@ from contextlib import contextmanager
 from dataclasses import dataclass, field
 from types import FrameType
 
+from pglock.db import bounded
 from pglock.errors import ExitStatus, Interrupted
 from pglock.lock import clock
 from pglock.lock.heartbeat import Heartbeat
@@ -33,7 +35,11 @@ LINGER_POLL = 0.2
 
 
 class SignalGate:
-    """Before the command starts, a stop signal aborts; after, every signal is forwarded."""
+    """Around a database wait (the acquire to the fork, the record of an end) a stop signal
+    is deferred: noted, the statement in flight cancelled, and acted on once that statement
+    has answered (checkpoint()); elsewhere before the command starts it aborts; while the
+    command runs, every signal is forwarded. Signals are never blocked across a database
+    wait: only across the fork itself."""
 
     def __init__(self) -> None:
         self.child: Child | None = None
@@ -41,6 +47,10 @@ class SignalGate:
         # Between two attempts (the backoff of --retries): a stop signal is noted, not
         # raised, so that the lock is released and the slot's end told.
         self.between = False
+        # Inside a database wait of the main path: a stop signal is noted and the statement
+        # cancelled (bounded.interrupt), then raised at the next checkpoint().
+        self.deferring = False
+        self.deferred_signal: int | None = None
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
 
@@ -57,8 +67,12 @@ class SignalGate:
     def _handle(self, signum: int, _frame: FrameType | None) -> None:
         if self.child is None:
             if signum in STOPPING:
-                if self.between:
-                    self.stop_signal = signum
+                if self.between or self.deferring:
+                    if self.stop_signal is None:
+                        self.stop_signal = signum
+                    if self.deferring and self.deferred_signal is None:
+                        self.deferred_signal = signum
+                    bounded.interrupt()
                     return
                 raise Interrupted(signum)
             return
@@ -71,17 +85,33 @@ class SignalGate:
         if self.stop_signal is None:
             self.stop_signal = signum
 
-    def block(self) -> None:
-        """Hold signals back (until unblock(), or the end of a blocked() section)."""
-        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+    @contextmanager
+    def deferred(self) -> Iterator[None]:
+        """Defer stop signals (see the class) for the section, then act on one."""
+        was, self.deferring = self.deferring, True
+        try:
+            yield
+        finally:
+            self.deferring = was
+        self.checkpoint()
 
-    def unblock(self) -> None:
-        """Deliver the signals held back (a stop signal raises Interrupted here)."""
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+    def checkpoint(self) -> None:
+        """Raise Interrupted for a stop signal deferred so far."""
+        if self.deferred_signal is not None and self.child is None:
+            raise Interrupted(self.deferred_signal)
+
+    def pause(self, seconds: float) -> None:
+        """Sleep, cut short by any signal (a deferred stop is then raised)."""
+        ready, _, _ = select.select([self.wake_r], [], [], max(0.0, seconds))
+        if ready:
+            with contextlib.suppress(BlockingIOError):
+                os.read(self.wake_r, 512)
+        self.checkpoint()
 
     @contextmanager
     def blocked(self) -> Iterator[None]:
-        """Hold signals back while the command is forked, so none lands in between."""
+        """Hold signals back while the command is forked, so none lands in between: no
+        database wait may happen inside."""
         signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
         try:
             yield

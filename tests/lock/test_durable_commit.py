@@ -8,6 +8,7 @@ pg_stat_activity as wait_event SyncRep; a plain write on the same session does n
 from __future__ import annotations
 
 import os
+import signal
 import subprocess
 import threading
 import time
@@ -129,22 +130,47 @@ def test_every_write_waits_for_the_synchronous_standby(unreachable_standby: str)
     session.close()
 
 
+def _pglock_run(dsn: str, job: str, *args: str) -> subprocess.Popen[str]:
+    environment = {**os.environ, "PGLOCK_DSN": dsn, "PGLOCK_SCHEMA": SCHEMA}
+    return subprocess.Popen([PGLOCK, "run", "--job", job, *args], env=environment,
+                            stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+
+
+def _waiting(conn: psycopg.Connection[Any], job: str, process: subprocess.Popen[str]) -> None:
+    """Until the run's backend waits for the standby (the run must still be going)."""
+    row = None
+    for _ in range(600):
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
+                           "AND application_name LIKE %s", (f"pglock run {job}%",)).fetchone()
+        if row == (1,) or process.poll() is not None:
+            break
+        time.sleep(0.05)
+    assert process.poll() is None, process.communicate()
+    assert row == (1,)
+
+
+def _backends(conn: psycopg.Connection[Any], job: str) -> int:
+    """The run's backends left on the server, once the ones going have gone."""
+    row = None
+    for _ in range(200):
+        row = conn.execute("SELECT count(*) FROM pg_stat_activity WHERE application_name "
+                           "LIKE %s", (f"pglock run {job}%",)).fetchone()
+        if row == (0,):
+            break
+        time.sleep(0.05)
+    assert row is not None
+    return int(row[0])
+
+
+@pytest.mark.slow
 def test_a_run_waits_until_the_standby_confirms(unreachable_standby: str) -> None:
-    """End to end: `pglock run` is held at its acquisition until the wait is lifted."""
-    environment = {**os.environ, "PGLOCK_DSN": unreachable_standby, "PGLOCK_SCHEMA": SCHEMA}
-    process = subprocess.Popen([PGLOCK, "run", "--job", "held", "--", "true"], env=environment,
-                               stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    """End to end: `pglock run` is held at its acquisition until the wait is lifted, within
+    its bound (--connect-timeout)."""
+    process = _pglock_run(unreachable_standby, "held", "--connect-timeout", "120s", "--",
+                          "true")
     try:
         with psycopg.connect(unreachable_standby, autocommit=True) as conn:
-            for _ in range(600):
-                row = conn.execute(
-                    "SELECT count(*) FROM pg_stat_activity WHERE wait_event = 'SyncRep' "
-                    "AND application_name LIKE 'pglock run held%%'").fetchone()
-                if row == (1,) or process.poll() is not None:
-                    break
-                conn.execute("SELECT pg_sleep(0.05)")
-            assert process.poll() is None, process.communicate()
-            assert row == (1,)
+            _waiting(conn, "held", process)
             conn.execute("ALTER SYSTEM SET synchronous_standby_names = ''")
             conn.execute("SELECT pg_reload_conf()")
         assert process.communicate(timeout=60) == ("", "")
@@ -153,3 +179,95 @@ def test_a_run_waits_until_the_standby_confirms(unreachable_standby: str) -> Non
         if process.poll() is None:
             process.kill()
             process.wait()
+
+
+@pytest.mark.slow
+def test_a_run_the_standby_never_confirms_ends_at_its_bound(unreachable_standby: str) -> None:
+    """The acquire's commit waits for a standby that is not connected: cancelled at
+    --connect-timeout, exit 125 and one line, no backend left; what it committed on the
+    primary alone blocks the job (held by a holder nobody is) until its ttl, and never
+    lets two run."""
+    process = _pglock_run(unreachable_standby, "never", "--connect-timeout", "2s",
+                          "--ttl", "300s", "--", "echo", "ran")
+    try:
+        out, err = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 125, err
+    assert out == ""
+    assert len(err.splitlines()) == 1, err
+    assert "not confirmed by a synchronous standby within 2s" in err
+    with psycopg.connect(unreachable_standby, autocommit=True) as conn:
+        assert _backends(conn, "never") == 0
+        conn.execute("ALTER SYSTEM SET synchronous_standby_names = ''")
+        conn.execute("SELECT pg_reload_conf()")
+        time.sleep(0.5)  # the reload reaches new sessions a moment later
+    # Committed on the primary alone, and not acted on: the lock stays with a holder id
+    # no process uses, until its expiry.
+    again = _pglock_run(unreachable_standby, "never", "--", "echo", "ran")
+    assert again.communicate(timeout=60) == ("", "")
+    assert again.returncode == 75
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("signum", [signal.SIGTERM, signal.SIGINT])
+def test_a_stop_signal_ends_a_run_waiting_for_the_standby(unreachable_standby: str,
+                                                          signum: int) -> None:
+    """Signals are not blocked across the wait: the statement is cancelled, the run exits
+    128+N (its bound, 120 s, is far off), and its backend goes."""
+    job = f"stopped-{signum}"
+    process = _pglock_run(unreachable_standby, job, "--connect-timeout", "120s", "--",
+                          "echo", "ran")
+    try:
+        with psycopg.connect(unreachable_standby, autocommit=True) as conn:
+            _waiting(conn, job, process)
+            process.send_signal(signum)
+            out, err = process.communicate(timeout=60)
+            assert process.returncode == 128 + signum, err
+            assert out == ""
+            assert _backends(conn, job) == 0
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+
+
+def _standby_names(conn: psycopg.Connection[Any], names: str) -> None:
+    conn.execute(f"ALTER SYSTEM SET synchronous_standby_names = '{names}'")
+    conn.execute("SELECT pg_reload_conf()")
+    time.sleep(0.5)  # the reload reaches the sessions a moment later
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mode", ["lease", "advisory"])
+def test_a_holder_whose_writes_block_stops_and_leaves_no_backend(unreachable_standby: str,
+                                                                 mode: str,
+                                                                 tmp_path: Path) -> None:
+    """The standby goes while the command runs: the renewals wait for it, are cancelled at
+    their bound, and the holder stops its command at its local deadline (exit 125, one
+    line); its renewal and end-record backends do not stay waiting on the server."""
+    job, started = f"holder-{mode}", tmp_path / "started"
+    with psycopg.connect(unreachable_standby, autocommit=True) as conn:
+        _standby_names(conn, "")
+        process = _pglock_run(unreachable_standby, job, "--mode", mode, "--ttl", "6s",
+                              "--connect-timeout", "2s", "--", "sh", "-c",
+                              f"touch {started}; exec sleep 120")
+        try:
+            for _ in range(600):
+                if started.exists() or process.poll() is not None:
+                    break
+                time.sleep(0.05)
+            assert process.poll() is None, process.communicate()
+            _standby_names(conn, "nobody")
+            out, err = process.communicate(timeout=90)
+            assert process.returncode == 125, err
+            assert out == ""
+            assert len(err.splitlines()) == 1, err
+            assert "lock lost" in err
+            assert _backends(conn, job) == 0
+        finally:
+            if process.poll() is None:
+                process.kill()
+                process.wait()
