@@ -9,7 +9,7 @@ import logging
 import threading
 import time
 from collections.abc import Callable, Iterator
-from typing import Any, NamedTuple
+from typing import Any, Literal, NamedTuple
 
 import psycopg
 
@@ -20,6 +20,11 @@ from pglock.lock import clock, lease, ledger
 from pglock.lock.ledger import Outcome, RunResult
 
 log = logging.getLogger(__name__)
+
+# What follows a run's recorded end: the lock released at the end of its hold, renewed
+# for another attempt, or released with the write given --connect-timeout only (pglock
+# was asked to stop).
+Then = Literal["release", "keep", "hurry"]
 
 
 class Recorded(NamedTuple):
@@ -37,15 +42,16 @@ class Recorded(NamedTuple):
 
 
 def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: RunResult, *,
-               keep: bool = False, hurry: bool = False) -> Recorded:
-    """Write the end of the run and release the lock at the end of its hold (with `keep`,
-    renew it for another attempt instead), retrying across reconnects. With `hurry` (pglock
-    was asked to stop), for --connect-timeout only."""
+               then: Then = "release") -> Recorded:
+    """Write the end of the run and release the lock at the end of its hold (`keep`: renew
+    it for another attempt instead), retrying across reconnects (`hurry`: pglock was asked
+    to stop, for --connect-timeout only)."""
+    keep = then == "keep"
     # A run that lost its lock to an outage has waited long enough: the lock is gone,
     # and the next acquirer marks the run abandoned. Otherwise a blip at the end of a
     # run is ridden out for up to a ttl, the time the lease lasts anyway.
-    patience = session.timeout if hurry or result.outcome is Outcome.LOCK_LOST else max(
-        session.timeout, claim.ttl)
+    hurried = then == "hurry" or result.outcome is Outcome.LOCK_LOST
+    patience = session.timeout if hurried else max(session.timeout, claim.ttl)
     deadline = clock.now() + patience
     outcome = Recorded(result, None, "the database did not answer", None)
 

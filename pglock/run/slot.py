@@ -35,6 +35,7 @@ if TYPE_CHECKING:
     from pglock.errors import PglockError as NotStarted
     from pglock.run.child import Child
     from pglock.run.expected import SlowWatch
+    from pglock.run.record import Then
     from pglock.run.reentrant import Inherited
     from pglock.run.watchdog import Watchdog
 
@@ -195,7 +196,7 @@ class Slot:
             self.finish(run, RunResult(
                 Outcome.KILLED, None, 0.0, signal=signum,
                 error=f"not started: pglock was stopped by signal {signum} before the "
-                      "command started"), retry=False, hurry=True)
+                      "command started"), then="hurry")
         elif self.claim.fencing_token is not None:
             with contextlib.suppress(psycopg.Error, PglockError):
                 lease.release(self.session.get(), self.claim)
@@ -208,7 +209,7 @@ class Slot:
         reason = f"{type(error).__name__}: {error}"
         self.finish(run, RunResult(Outcome.FAILED, None, 0.0,
                                    error=f"not started: pglock failed before the fork "
-                                         f"({reason})"), retry=False)
+                                         f"({reason})"), then="release")
         return PglockError(f"job {self.claim.job!r}: the command was not started: pglock "
                            f"failed before the fork ({shown(reason)}); the run is recorded "
                            "failed and the lock released")
@@ -402,7 +403,7 @@ class Slot:
                                0.0, error=str(child))
         else:
             result = RunResult(Outcome.LOCK_LOST, None, 0.0, error=f"lock lost: {child}")
-        ended, _ = self.finish(run, result, retry=False)
+        ended, _ = self.finish(run, result, then="release")
         return ended._replace(not_started=child)
 
     def start(self, capture: output.Capture | None = None, attempt: int = 1,
@@ -499,7 +500,7 @@ class Slot:
             child.process.wait()
             failure = RunResult(Outcome.FAILED, None, clock.now() - supervision.started,
                                 error=f"pglock failed while the command ran: {error!r}")
-            self.finish(run, failure, retry=False)
+            self.finish(run, failure, then="release")
             raise
         self.gate.child = None
         if capture is not None:
@@ -566,21 +567,21 @@ class Slot:
         return ended
 
     def finish(self, run: ledger.StartedRun, result: RunResult, *, code: int | None = None,
-               say: bool = True, retry: bool = True,
-               hurry: bool = False) -> tuple[Attempted, str | None]:
-        """Record the attempt's end, and release the lock, or keep it when another attempt
-        may follow (a failure or timeout with attempts left); tell the event log. With
-        `say`, a failure to record is said here. The attempt, and why its end was not
-        recorded."""
+               say: bool = True, then: Then | None = None) -> tuple[Attempted, str | None]:
+        """Record the attempt's end, and release the lock, or (`then` None) keep it when
+        another attempt may follow (a failure or timeout with attempts left); tell the
+        event log. With `say`, a failure to record is said here. The attempt, and why its
+        end was not recorded."""
         from pglock.run.record import record_end, unrecorded
 
+        retry = then is None
         keep = retry and result.retryable and run.attempt < run.attempt_limit
         # A catch-up keeps the lock for its next slot after a slot's run ended by itself
         # (not lost, stopped, killed, nor unable to start).
         keep = keep or (retry and self.more and (
             result.outcome is Outcome.SUCCEEDED or result.retryable))
-        recorded = record_end(self.session, self.claim, run.id, result, keep=keep,
-                              hurry=hurry)
+        recorded = record_end(self.session, self.claim, run.id, result,
+                              then="keep" if keep else then or "release")
         if keep and recorded.kept_at is None and recorded.failure is not None:
             # Neither kept nor known released: let it go (it expires in its ttl otherwise).
             with contextlib.suppress(psycopg.Error, PglockError):
@@ -651,7 +652,7 @@ class Slot:
         result = RunResult(Outcome.STOPPED, None, 0.0, error=(
             f"stopped by pglock stop during the retry delay, before attempt {run.attempt} "
             f"started: {reason or ''}"))
-        ended, _ = self.finish(run, result, retry=False)
+        ended, _ = self.finish(run, result, then="release")
         return ended
 
     def after(self, last: Attempted) -> None:
