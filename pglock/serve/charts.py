@@ -67,7 +67,7 @@ def durations(runs: Sequence[RunRow], now: datetime, p50: float | None,
     height = bottom - PAD
     step = (right - left) / len(shown)
     parts = [f'<svg class="chart durations" viewBox="0 0 {WIDTH} {CHART_HEIGHT}" '
-             f'role="img" aria-label="durations of the last {len(shown)} runs">',
+             f'role="img" aria-label="durations of the last {_runs(len(shown))}">',
              f'<line class="axis" x1="{left}" y1="{bottom}" x2="{right}" y2="{bottom}"/>',
              f'<text class="tick" x="{left - 4}" y="{bottom}" text-anchor="end">0</text>',
              f'<text class="tick" x="{left - 4}" y="{PAD + 4}" text-anchor="end">'
@@ -181,3 +181,7 @@ def calendar(days: Sequence[Day], title: str) -> Markup:
                      f'</title></rect>')
     parts.append("</svg>")
     return Markup("".join(parts))
+
+
+def _runs(count: int) -> str:
+    return "run" if count == 1 else f"{count} runs"

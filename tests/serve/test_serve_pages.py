@@ -176,3 +176,9 @@ def test_an_unknown_path_is_a_404_with_the_strict_headers(web: TestClient) -> No
     response = web.get("/nothing-here")
     assert response.status_code == 404
     assert response.headers["content-security-policy"] == CSP
+
+
+def test_one_run_is_one_run_on_the_job_page(env: Env) -> None:
+    assert env.run("run", "--job", "once", "--min-hold", "0", "--", "true").returncode == 0
+    page = client(env).get("/job", params={"name": "once"}).text
+    assert "1 run shown" in page and "1 runs" not in page
