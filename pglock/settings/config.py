@@ -8,6 +8,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from pglock.errors import ConfigError, UsageError
+from pglock.settings.text import escaped
 
 # libpq reads these itself; any of them set means "the operator configured a server".
 _LIBPQ_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGSERVICE", "PGDATABASE")
@@ -229,5 +230,6 @@ def check_text(text: str, what: str) -> str:
 
 
 def shown(text: str) -> str:
-    """`text` with its non-UTF-8 bytes as \\xNN escapes, printable on any stream."""
-    return text.encode("utf-8", "surrogateescape").decode("utf-8", "backslashreplace")
+    """`text` a user gave, as it goes into a message: one line, printable on any stream
+    (control characters as ^J, bytes that are not UTF-8 as \\xNN: settings/text.py)."""
+    return escaped(text)
