@@ -161,29 +161,30 @@ class Slot:
         try:
             won = self.acquire(start_by, first)
             self.gate.checkpoint()
-        except Exception as error:
-            if self.gate.deferred_signal is not None:
-                self.stopped_before_start()
-                raise Interrupted(self.gate.deferred_signal) from None
-            if isinstance(error, Interrupted) or self.claim.run is None:
-                raise
-            raise self.not_started(error) from error
-        if not won:
-            return self.options.conflict_exit_code
-        self.claim.hold = self.options.hold(started, self.sent)
-        try:
+            if not won:
+                return self.options.conflict_exit_code
+            self.claim.hold = self.options.hold(started, self.sent)
             if self.claim.run is None and self.claim.missed:
                 return self.catch_up()
             return self.attempts()
         except Exception as error:
-            if self.gate.deferred_signal is not None:
-                self.stopped_before_start()
-                raise Interrupted(self.gate.deferred_signal) from None
-            if isinstance(error, Interrupted) or self.claim.run is None:
+            failure = self.failed_before_start(error)
+            if failure is error:
                 raise
-            # Recorded as started by the acquire, failed before start() took it over: a
-            # bug or the OS. The run is recorded failed and the lock released.
-            raise self.not_started(error) from error
+            raise failure from (None if isinstance(failure, Interrupted) else error)
+
+    def failed_before_start(self, error: Exception) -> Exception:
+        """What a failure between the acquire and the fork ends pglock with: a stop
+        signal that came meanwhile (the run recorded killed); the error itself when no
+        run was recorded as started or it is already an interruption; else, a run the
+        acquire recorded as started and nothing took over (a bug or the OS), recorded
+        failed with the lock released."""
+        if self.gate.deferred_signal is not None:
+            self.stopped_before_start()
+            return Interrupted(self.gate.deferred_signal)
+        if isinstance(error, Interrupted) or self.claim.run is None:
+            return error
+        return self.not_started(error)
 
     def stopped_before_start(self) -> None:
         """A stop signal came before the command was forked: a run recorded as started is
