@@ -360,7 +360,7 @@ class Slot:
             if done.not_started is not None:
                 self.after(done)
                 raise done.not_started
-            if done.kept_at is None or not _retrying(done):
+            if done.kept_at is None or not _retrying(done.result, done.run):
                 break
             from pglock.run import retry
 
@@ -576,7 +576,7 @@ class Slot:
         from pglock.run.record import record_end, unrecorded
 
         retry = then is None
-        keep = retry and result.retryable and run.attempt < run.attempt_limit
+        keep = retry and _retrying(result, run)
         # A catch-up keeps the lock for its next slot after a slot's run ended by itself
         # (not lost, stopped, killed, nor unable to start).
         keep = keep or (retry and self.more and (
@@ -683,10 +683,10 @@ def _cut(conn: psycopg.Connection[object], error: psycopg.OperationalError) -> b
     return conn.closed or conn.broken
 
 
-def _retrying(done: Attempted) -> bool:
-    """Whether the lock was kept for another attempt of the same slot (else it was kept,
-    if at all, for a catch-up's next slot)."""
-    return done.result.retryable and done.run.attempt < done.run.attempt_limit
+def _retrying(result: RunResult, run: ledger.StartedRun) -> bool:
+    """Whether another attempt of the same slot follows this one (a lock kept otherwise is
+    kept, if at all, for a catch-up's next slot)."""
+    return result.retryable and run.attempt < run.attempt_limit
 
 
 def _backlog(options: RunOptions, scheduled: ledger.Scheduled) -> list[datetime] | None:

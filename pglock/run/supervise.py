@@ -85,16 +85,6 @@ class SignalGate:
         if self.stop_signal is None:
             self.stop_signal = signum
 
-    @contextmanager
-    def deferred(self) -> Iterator[None]:
-        """Defer stop signals (see the class) for the section, then act on one."""
-        was, self.deferring = self.deferring, True
-        try:
-            yield
-        finally:
-            self.deferring = was
-        self.checkpoint()
-
     def checkpoint(self) -> None:
         """Raise Interrupted for a stop signal deferred so far."""
         if self.deferred_signal is not None and self.child is None:

@@ -385,13 +385,7 @@ def due(schedule: Schedule, due_at: datetime, now: datetime, grace: float,
     if _utc(due_at) > _utc(now):
         # The common case costs no croniter call: status reads thousands of these.
         return Due(due_at, due_at, 0)
-    limit = _utc(now) - timedelta(seconds=grace)
-    missed = 0
-    times = _fire_times(schedule, _utc(due_at) - _HAIR)
-    for _ in range(10 * MISSED_LIMIT):
-        moment = next(times)
-        if missed >= MISSED_LIMIT or _utc(moment) >= limit:
-            break
-        if not windows or window_end(windows, moment) is None:
-            missed += 1
+    # The slots from due_at (itself included) to those whose grace has not passed yet.
+    missed, _ = count_between(schedule, _utc(due_at) - _HAIR,
+                              _utc(now) - timedelta(seconds=grace), windows)
     return Due(due_at, next_after(schedule, now), missed)

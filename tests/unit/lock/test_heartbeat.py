@@ -86,6 +86,5 @@ def test_the_lock_counts_as_lost_margin_and_grace_before_the_server_expiry(
 def test_the_start_deadline_is_the_horizon_less_the_margin(sent: float, horizon: float,
                                                            deadline: float) -> None:
     assert heartbeat.start_deadline(sent, horizon) == deadline
-    # Never later than the heartbeat's own deadline for the lock (margin + grace).
-    assert heartbeat.start_deadline(sent, horizon) >= sent + horizon - heartbeat.margin(
-        horizon) - heartbeat.grace(horizon, 10)
+    # At least a second of the lock is left for the fork and the watchdog's start.
+    assert sent + horizon - heartbeat.start_deadline(sent, horizon) >= heartbeat.MIN_MARGIN

@@ -77,17 +77,20 @@ def test_an_event_with_text_not_utf8_is_written_escaped(tmp_path: Path) -> None:
 
 
 def test_an_event_log_that_fails_never_stops_the_run(tmp_path: Path,
-                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+                                                     monkeypatch: pytest.MonkeyPatch,
+                                                     caplog: pytest.LogCaptureFixture) -> None:
     from pglock.run.events import EventLog
 
+    caplog.set_level(logging.INFO, logger="pglock.run.events")
     log = EventLog(str(tmp_path / "events"), job="j", holder="h")
 
     def broken(data: bytes) -> None:
         raise RuntimeError("broken")
 
     monkeypatch.setattr(log, "_write", broken)
-    log.emit("acquired")
+    log.emit("acquired")  # no exception: the run goes on
     log.close()
+    assert "acquired event not written: broken" in caplog.text
 
 
 # Ping URLs (issue 21, item 4): read at parse time, never shown past scheme://host --------
