@@ -4,9 +4,11 @@ from __future__ import annotations
 
 import os
 import re
+import socket
 import subprocess
 import sys
 import time
+import urllib.request
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass
 from pathlib import Path
@@ -132,6 +134,25 @@ def env(dsn: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[En
     yield environment
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
+
+
+def free_port() -> int:
+    """A TCP port on 127.0.0.1 that nothing listens on now (for a server a test starts)."""
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return int(sock.getsockname()[1])
+
+
+def fetched(url: str, within: float = 20) -> str:
+    """The body of `url` once a server just started answers it."""
+    deadline = time.monotonic() + within
+    while True:
+        try:
+            with urllib.request.urlopen(url, timeout=5) as response:
+                return str(response.read().decode())
+        except OSError:
+            assert time.monotonic() < deadline, f"{url} did not answer within {within:g}s"
+            time.sleep(0.05)
 
 
 def one_line(stderr: str) -> str:

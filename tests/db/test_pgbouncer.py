@@ -5,14 +5,13 @@ from __future__ import annotations
 import os
 import pwd
 import shutil
-import socket
 import subprocess
 import time
 from collections.abc import Iterator
 
 import psycopg
 import pytest
-from conftest import Env, one_line
+from conftest import Env, free_port, one_line
 from marks import assert_no_overlap, held_command, intervals, race
 
 from pglock.db.embedded import SERVER_USER, EmbeddedServer
@@ -45,12 +44,6 @@ pidfile = {dir}/pgbouncer.pid
 """
 
 
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return int(probe.getsockname()[1])
-
-
 @pytest.fixture(scope="module")
 def bouncer(pg_server: EmbeddedServer | None, tmp_path_factory: pytest.TempPathFactory
             ) -> Iterator[str]:
@@ -60,7 +53,7 @@ def bouncer(pg_server: EmbeddedServer | None, tmp_path_factory: pytest.TempPathF
     assert PGBOUNCER is not None
     directory = tmp_path_factory.mktemp("pgbouncer")
     socket_dir = pg_server.conninfo.split("host=")[1].split()[0]
-    port = _free_port()
+    port = free_port()
     (directory / "users.txt").write_text('"postgres" ""\n')
     (directory / "pgbouncer.ini").write_text(
         CONFIG.format(socket_dir=socket_dir, port=port, dir=directory))

@@ -10,15 +10,12 @@ from __future__ import annotations
 
 import contextlib
 import shutil
-import socket
 import subprocess
-import time
-import urllib.request
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
-from conftest import PGLOCK, Env
+from conftest import PGLOCK, Env, fetched, free_port
 from operating import holding, pglock_json
 from prometheus_client.parser import text_string_to_metric_families
 
@@ -88,12 +85,6 @@ def test_promtool_checks_the_rules_and_runs_their_unit_tests() -> None:
     assert "SUCCESS" in tested.stdout
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
 @pytest.mark.skipif(NODE_EXPORTER is None, reason="node_exporter is not installed "
                     "(Debian: apt-get install prometheus-node-exporter)")
 @pytest.mark.slow  # a server of its own
@@ -116,16 +107,7 @@ def test_node_exporter_reads_the_textfile_the_cron_line_writes(env: Env) -> None
          f"--collector.textfile.directory={textfiles}"],
         stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
     try:
-        text = ""
-        deadline = time.monotonic() + 20
-        while not text:
-            try:
-                with urllib.request.urlopen(f"http://127.0.0.1:{port}/metrics",
-                                            timeout=5) as response:
-                    text = response.read().decode()
-            except OSError:
-                assert time.monotonic() < deadline, "node_exporter did not answer"
-                time.sleep(0.1)
+        text = fetched(f"http://127.0.0.1:{port}/metrics")
     finally:
         exporter.terminate()
         _, stderr = exporter.communicate(timeout=10)

@@ -6,16 +6,15 @@ from __future__ import annotations
 import os
 import signal
 import socket
-import threading
 import time
 from collections.abc import Iterator
 from dataclasses import dataclass, field
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
 import pytest
 from conftest import Env
+from endpoints import Quiet, serving
 
 from run.test_run_basics import holding
 
@@ -35,7 +34,7 @@ class PingServer:
 def ping_server() -> Iterator[PingServer]:
     received: list[tuple[str, str, bytes]] = []
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(Quiet):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
             parts = urlsplit(self.path)
@@ -45,17 +44,8 @@ def ping_server() -> Iterator[PingServer]:
             self.end_headers()
             self.wfile.write(b"OK")
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    thread = threading.Thread(target=server.serve_forever, daemon=True)
-    thread.start()
-    try:
-        yield PingServer(f"http://127.0.0.1:{server.server_address[1]}/ping/abc", received)
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield PingServer(f"{url}/ping/abc", received)
 
 
 # Pings -------------------------------------------------------------------------------------

@@ -5,12 +5,11 @@ is data there."""
 from __future__ import annotations
 
 import json
-import threading
 from collections.abc import Iterator
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 from conftest import Env, one_line
+from endpoints import Quiet, serving
 
 SECRET = "s3cret-ping-key"
 
@@ -19,23 +18,15 @@ SECRET = "s3cret-ping-key"
 def redirecting() -> Iterator[str]:
     """A ping endpoint that redirects every ping to ftp://, with the secret in the path."""
 
-    class Handler(BaseHTTPRequestHandler):
+    class Handler(Quiet):
         def do_POST(self) -> None:
             self.send_response(302)
             self.send_header("Location", f"ftp://127.0.0.1:1{self.path}")
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        yield f"http://127.0.0.1:{server.server_address[1]}/ping/{SECRET}"
-    finally:
-        server.shutdown()
-        server.server_close()
+    with serving(Handler) as url:
+        yield f"{url}/ping/{SECRET}"
 
 
 def test_a_redirect_to_another_scheme_is_refused_and_the_url_never_shown(

@@ -7,22 +7,15 @@ import signal
 import socket
 import subprocess
 import sys
-import time
 import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
 
 import pytest
-from conftest import Env, one_line
+from conftest import Env, fetched, free_port, one_line
 
 STACK = ("starlette", "uvicorn", "jinja2", "markupsafe", "anyio", "h11", "pglock.serve")
-
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
 
 
 @contextmanager
@@ -37,14 +30,7 @@ def serving(env: Env, *args: str) -> Iterator[tuple[str, subprocess.Popen[str], 
             line = process.stderr.readline()
         assert line.startswith("pglock serve: listening"), (line, process.poll())
         url = f"http://127.0.0.1:{port}"
-        deadline = time.monotonic() + 20
-        while True:
-            try:
-                urllib.request.urlopen(url + "/static/pglock.css", timeout=5).close()
-                break
-            except OSError:
-                assert time.monotonic() < deadline, "the server did not answer"
-                time.sleep(0.05)
+        fetched(url + "/static/pglock.css")
         yield url, process, line
     finally:
         if process.poll() is None:

@@ -145,12 +145,11 @@ def test_a_ping_that_cannot_be_sent_is_a_note_without_the_url_never_a_traceback(
 
 
 def test_a_redirect_to_another_scheme_is_not_followed() -> None:
-    import threading
-    from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+    from endpoints import Quiet, serving
 
     asked: list[str] = []
 
-    class Redirecting(BaseHTTPRequestHandler):
+    class Redirecting(Quiet):
         def do_POST(self) -> None:
             asked.append(self.path)
             self.send_response(307)
@@ -158,17 +157,9 @@ def test_a_redirect_to_another_scheme_is_not_followed() -> None:
             self.send_header("Content-Length", "0")
             self.end_headers()
 
-        def log_message(self, format: str, *args: object) -> None:
-            pass
-
-    server = ThreadingHTTPServer(("127.0.0.1", 0), Redirecting)
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    try:
-        pinger = Pinger(f"http://127.0.0.1:{server.server_address[1]}/secret-key")
+    with serving(Redirecting) as url:
+        pinger = Pinger(f"{url}/secret-key")
         pinger._send(lambda name, **fields: None, "/start", b"")
-    finally:
-        server.shutdown()
-        server.server_close()
     [told] = pinger.told
     assert told == ("ping /start", False, "HTTP 307 refused: a redirect to another scheme")
     assert len(asked) == 1
