@@ -28,6 +28,7 @@ from pathlib import Path
 from pglock.errors import UsageError
 from pglock.run.jobsfile import ConfiguredJob, table_name
 from pglock.settings.config import shown, undecodable
+from pglock.settings.text import has_control
 
 # A user name as /etc/cron.d takes it: one word, no control characters.
 _USER = re.compile(r"[^\s\x00-\x1f\x7f]+")
@@ -53,8 +54,7 @@ def _cron_text(text: str, what: str) -> str:
     """`text` as a crontab line carries it: no line break or other control character (a
     newline would end the line and start another entry), and UTF-8 (an escape would name
     another file)."""
-    if undecodable(text) or any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text) \
-            or "\u2028" in text or "\u2029" in text:
+    if undecodable(text) or has_control(text) or "\u2028" in text or "\u2029" in text:
         raise UsageError(f"{what} {shown(text)!r} has a control character or bytes that are "
                          "not UTF-8: a cron line cannot name it (move the file)")
     return text

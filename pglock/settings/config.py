@@ -8,7 +8,7 @@ from pathlib import Path
 from typing import NamedTuple
 
 from pglock.errors import ConfigError, UsageError
-from pglock.settings.text import escaped
+from pglock.settings.text import escaped, has_control
 
 # libpq reads these itself; any of them set means "the operator configured a server".
 _LIBPQ_VARIABLES = ("PGHOST", "PGHOSTADDR", "PGSERVICE", "PGDATABASE")
@@ -207,7 +207,7 @@ def check_job(job: str) -> str:
         raise UsageError("--job: the job name is empty")
     if len(job) > 200:
         raise UsageError(f"--job: the job name is {len(job)} characters long; the limit is 200")
-    if any(ord(c) < 32 or 127 <= ord(c) < 160 for c in job):
+    if has_control(job):
         raise UsageError(f"--job: the job name {job!r} contains a control character")
     return job
 

@@ -23,3 +23,8 @@ def escaped(text: str) -> str:
         else:
             shown.append(char)
     return "".join(shown)
+
+
+def has_control(text: str) -> bool:
+    """Whether `text` holds a C0 or C1 control character (DEL included)."""
+    return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
