@@ -64,6 +64,15 @@ class Schedule:
         fields = _EXPANDED.get(self.expr, self.expr).split()
         return fields[0].startswith("*") or fields[1].startswith("*")
 
+    @property
+    def days_or(self) -> bool:
+        """Cron's day rule: a day fires when it matches the day-of-month OR the day-of-week
+        field, but only when neither field starts with `*` (`*/2` too); otherwise it must
+        match both (cronie's and Vixie cron's DOM_STAR/DOW_STAR). croniter would OR `*/2`
+        with a weekday: days cron never fires."""
+        fields = _EXPANDED.get(self.expr, self.expr).split()
+        return not (fields[2].startswith("*") or fields[4].startswith("*"))
+
 
 @dataclass(frozen=True)
 class SlotInfo:
@@ -334,7 +343,7 @@ def _localtime_name() -> str:
 def _iterator(schedule: Schedule, start: datetime) -> Any:
     from croniter import croniter
 
-    return croniter(schedule.expr, start.astimezone(schedule.tz))
+    return croniter(schedule.expr, start.astimezone(schedule.tz), day_or=schedule.days_or)
 
 
 def _utc(moment: datetime) -> datetime:

@@ -284,6 +284,58 @@ def test_the_zone_comes_from_tz_then_cron_tz_then_the_host() -> None:
         schedule.parse("@daily", "Mars/Olympus", zone_source="CRON_TZ")
 
 
+def _cron_days(field: str, low: int, high: int, names: tuple[str, ...]) -> set[int]:
+    """The values of a day field, expanded as cron's get_list does (a reference of the
+    test's own: pglock's answers come from croniter)."""
+    def number(text: str) -> int:
+        return int(text) if text.isdigit() else names.index(text.lower())
+
+    values: set[int] = set()
+    for element in field.split(","):
+        span, _, step = element.partition("/")
+        first, last = (low, high) if span == "*" else (
+            number(span.partition("-")[0]), number(span.partition("-")[2] or span))
+        values.update(range(first, last + 1, int(step or 1)))
+    return values
+
+
+def cron_fires_on(dom: str, dow: str, day: datetime) -> bool:
+    """Cron's day rule, as cronie's cron.c and Vixie cron's read it: DOM_STAR/DOW_STAR are
+    set when the field's first character is `*`; then the day must match both fields, and
+    otherwise either."""
+    days = _cron_days(dom, 1, 31, ())
+    weekdays = {d % 7 for d in _cron_days(dow, 0, 7, ("sun", "mon", "tue", "wed", "thu",
+                                                       "fri", "sat"))}
+    in_month, in_week = day.day in days, day.isoweekday() % 7 in weekdays
+    if dom.startswith("*") or dow.startswith("*"):
+        return in_month and in_week
+    return in_month or in_week
+
+
+DAY_OF_MONTH = ["*", "*/2", "*/10", "1", "13", "1-15", "1-31/2", "2,29"]
+DAY_OF_WEEK = ["*", "*/2", "*/3", "1", "mon-fri", "1-5/2", "0", "7", "sun,sat"]
+
+
+@pytest.mark.parametrize("dom", DAY_OF_MONTH)
+@pytest.mark.parametrize("dow", DAY_OF_WEEK)
+def test_day_of_month_and_day_of_week_combine_as_cron_combines_them(dom: str, dow: str) -> None:
+    """`0 0 */2 * 1` is odd days that are Mondays for cron (a field starting with `*` makes
+    the two AND), where croniter alone read every odd day and every Monday; two restricted
+    fields OR. Over a year of days, forward and backward, pglock's slots are cron's days."""
+    plan = schedule.parse(f"0 0 {dom} * {dow}", "UTC")
+    start = at(2027, 1, 1)
+    expected = [start + timedelta(days=n) for n in range(1, 365)
+                if cron_fires_on(dom, dow, start + timedelta(days=n))]
+    forward, moment = [], start
+    while (moment := schedule.next_after(plan, moment)) <= expected[-1]:
+        forward.append(moment)
+    assert forward == expected
+    backward, moment = [], at(2028, 1, 1)
+    while (moment := schedule.slot(plan, moment - timedelta(seconds=1))) > start:
+        backward.append(moment)
+    assert backward[::-1] == expected
+
+
 # What Debian's cron (3.0pl1) and cronie both read, and croniter reads the same way.
 CRON_READS = [
     "* * * * *", "*/5 * * * *", "1-5/2 * * * *", "*/100 * * * *", "0 0 * jan *",
