@@ -10,7 +10,7 @@ RUN = frozenset({"run"})
 REPORTS = frozenset({"status", "history", "clear", "prune", "pause", "resume", "stop",
                      "replay", "forget"})
 EVERY = frozenset({"run", "init", "status", "history", "clear", "prune", "metrics", "pause",
-                   "resume", "stop", "replay", "forget", "crontab", "jobs", "serve"})
+                   "resume", "stop", "replay", "forget", "crontab", "systemd", "jobs", "serve"})
 
 
 class ExitStatus(enum.IntEnum):

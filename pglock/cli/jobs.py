@@ -64,6 +64,57 @@ def crontab(
 
 
 @app.command()
+def systemd(
+    directory: Annotated[str | None, typer.Option(
+        "--dir", metavar="DIR", show_default=False,
+        help="Write the units into DIR (/etc/systemd/system), each whole or not at all, never "
+             "over a file pglock did not write. Default: print them, each after a header.")
+    ] = None,
+    prune: Annotated[bool, typer.Option(
+        "--prune", help="With --dir: remove the units pglock wrote for this jobs file's jobs "
+                        "that are no longer in it.")] = False,
+    user: Annotated[str | None, typer.Option(
+        "--user", "-u", metavar="USER", show_default=False,
+        help="The services run as USER (User=); without it, as root.")] = None,
+    verbose: Verbose = False,
+    quiet: Quiet = False,
+) -> int:
+    """Write the systemd units of the jobs file: a .service and a .timer per job with a
+    schedule.
+
+    The timer's OnCalendar= fires at exactly the job's slots in its zone, or the job is
+    refused in one line (a time a daylight saving change skips or repeats that cron and
+    a timer read apart); the service runs `pglock run --job NAME` with PGLOCK_CONFIG
+    naming the file, the skip code a success. Then: systemctl daemon-reload and
+    systemctl enable --now pglock-NAME.timer.
+
+    Example: pglock systemd --user app --dir /etc/systemd/system --prune
+    """
+    _configure_output(verbose, quiet)
+    from datetime import UTC
+    from pathlib import Path
+
+    from pglock.cli import render
+    from pglock.operate import crontab as cron
+    from pglock.operate import systemd as core
+    from pglock.run import jobsfile
+
+    if prune and directory is None:
+        raise UsageError("--prune: needs --dir (it removes units from that directory)")
+    path, jobs = jobsfile.every_job()
+    if path is None or not jobs:
+        where = "no config file found" if path is None else f"config file {shown(str(path))}"
+        raise UsageError(f"no jobs configured ({where}): add [jobs.NAME] tables with a "
+                         "command and a schedule (docs/jobs-file.md)")
+    units = core.units(path, jobs, cron.program(), datetime.now(UTC), user)
+    if directory is None:
+        render.write(core.printed(units))
+    else:
+        core.install(Path(directory), units, path, prune)
+    return 0
+
+
+@app.command()
 def jobs(
     as_json: JobsJson = False,
     dsn: Dsn = None,

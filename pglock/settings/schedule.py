@@ -303,6 +303,43 @@ def _field_problem(field: str, name: str, low: int, high: int, names: tuple[str,
     return None
 
 
+def field_values(schedule: Schedule) -> tuple[frozenset[int], ...]:
+    """The values of each field (minute, hour, day of month, month, day of week with
+    Sunday 0), as cron expands a validated expression (a step counts from the range's
+    start, `*` is the field's whole range)."""
+    return _values(schedule.expr)
+
+
+@lru_cache(maxsize=1024)
+def _values(expr: str) -> tuple[frozenset[int], ...]:
+    fields = _EXPANDED.get(expr, expr).split()
+    expanded = []
+    for field, (name, low, high, names) in zip(fields, _FIELDS, strict=True):
+        values: set[int] = set()
+        for element in field.split(","):
+            match = _ELEMENT.fullmatch(element)
+            assert match is not None  # validated by parse
+            star, first, last, step = match.groups()
+            bounds = (low, high) if star else tuple(
+                int(v) if v.isdigit() else names.index(v.lower()) + (low if name == "month"
+                                                                     else 0)
+                for v in (first, last or first))
+            values.update(range(bounds[0], bounds[1] + 1, int(step or 1)))
+        expanded.append(frozenset(v % 7 for v in values) if name == "day-of-week"
+                        else frozenset(values))
+    return tuple(expanded)
+
+
+def matches(schedule: Schedule, values: tuple[frozenset[int], ...], wall: datetime) -> bool:
+    """Whether cron's fields (`field_values`) match a wall-clock minute, with cron's day
+    rule (`Schedule.days_or`)."""
+    minute, hour, days, months, weekdays = values
+    if wall.minute not in minute or wall.hour not in hour or wall.month not in months:
+        return False
+    in_month, in_week = wall.day in days, wall.isoweekday() % 7 in weekdays
+    return (in_month or in_week) if schedule.days_or else (in_month and in_week)
+
+
 def resolve_zone(name: str | None, source: str = "--tz") -> tuple[tzinfo, str]:
     """The zone and the name to store for it; None means the host's zone."""
     if name is None:
@@ -343,7 +380,24 @@ def _localtime_name() -> str:
 def _iterator(schedule: Schedule, start: datetime) -> Any:
     from croniter import croniter
 
-    return croniter(schedule.expr, start.astimezone(schedule.tz), day_or=schedule.days_or)
+    return croniter(_croniter_text(schedule.expr), start.astimezone(schedule.tz),
+                    day_or=schedule.days_or)
+
+
+@lru_cache(maxsize=1024)
+def _croniter_text(expr: str) -> str:
+    """The expression as lists of cron's values, which croniter reads as cron does: it
+    reads a one-value range `5-5` as `*` and `1-1/5` as `*/5`. Cron's day rule is given
+    to it apart (`day_or`), so a day field whose values are every day is written `*`."""
+    parts = []
+    for values, (name, low, high, _) in zip(_values(expr), _FIELDS, strict=True):
+        whole = values == frozenset(range(low, (6 if name == "day-of-week" else high) + 1))
+        parts.append("*" if whole else ",".join(map(str, sorted(values))))
+    fields = _EXPANDED.get(expr, expr).split()
+    if not (fields[2].startswith("*") or fields[4].startswith("*")) and "*" in parts[2::2]:
+        # Cron ORs the two day fields here, and one of them is every day.
+        parts[2] = parts[4] = "*"
+    return " ".join(parts)
 
 
 def _utc(moment: datetime) -> datetime:

@@ -312,8 +312,8 @@ def cron_fires_on(dom: str, dow: str, day: datetime) -> bool:
     return in_month or in_week
 
 
-DAY_OF_MONTH = ["*", "*/2", "*/10", "1", "13", "1-15", "1-31/2", "2,29"]
-DAY_OF_WEEK = ["*", "*/2", "*/3", "1", "mon-fri", "1-5/2", "0", "7", "sun,sat"]
+DAY_OF_MONTH = ["*", "*/2", "*/10", "1", "13", "1-15", "1-31/2", "2,29", "1-31", "5-5"]
+DAY_OF_WEEK = ["*", "*/2", "*/3", "1", "mon-fri", "1-5/2", "0", "7", "sun,sat", "0-7", "3-3"]
 
 
 @pytest.mark.parametrize("dom", DAY_OF_MONTH)
@@ -334,6 +334,19 @@ def test_day_of_month_and_day_of_week_combine_as_cron_combines_them(dom: str, do
     while (moment := schedule.slot(plan, moment - timedelta(seconds=1))) > start:
         backward.append(moment)
     assert backward[::-1] == expected
+
+
+@pytest.mark.parametrize(("expr", "minutes"), [
+    ("1-1 * * * *", [1, 1]), ("5-5 * * * *", [5, 5]), ("1-1/5 * * * *", [1, 1]),
+    ("58-59/5 * * * *", [58, 58]), ("1-3/5,7 * * * *", [1, 7])])
+def test_a_one_value_range_is_that_value(expr: str, minutes: list[int]) -> None:
+    """croniter alone read `1-1` as `*` and `1-1/5` as `*/5` (every minute, every 5):
+    cron reads the one minute."""
+    plan = schedule.parse(expr, "UTC")
+    first = schedule.next_after(plan, at(2027, 1, 1, 0, 0))
+    second = schedule.next_after(plan, first)
+    assert [first.minute, second.minute] == minutes
+    assert second - first == timedelta(minutes=(minutes[1] - minutes[0]) % 60 or 60)
 
 
 # What Debian's cron (3.0pl1) and cronie both read, and croniter reads the same way.
