@@ -79,8 +79,7 @@ def systemd(
     verbose: Verbose = False,
     quiet: Quiet = False,
 ) -> int:
-    """Write the systemd units of the jobs file: a .service and a .timer per job with a
-    schedule.
+    """Write the jobs file's timer and service units for systemd.
 
     The timer's OnCalendar= fires at exactly the job's slots in its zone, or the job is
     refused in one line (a time a daylight saving change skips or repeats that cron and

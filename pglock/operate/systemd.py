@@ -58,8 +58,10 @@ def escape(name: str) -> str:
 
 
 def unit_base(job: str) -> str:
-    """`pglock-NAME` (the units are it plus .service and .timer); UsageError: too long."""
-    base = PREFIX + escape(job)
+    """`pglock-NAME` (the units are it plus .service and .timer): a name that can be a
+    unit name as it is, any other as `systemd-escape` writes it; UsageError: too long."""
+    plain = job and job[0] != "." and all(char in _VALID or char == "-" for char in job)
+    base = PREFIX + (job if plain else escape(job))
     if len(base) + len(".service") > UNIT_NAME_MAX:
         raise UsageError(f"{table_name(job)}: the unit name {base}.service is "
                          f"{len(base) + 8} characters long (systemd-escape's form of the job "
@@ -297,10 +299,15 @@ def units(path: Path, jobs: Sequence[ConfiguredJob], pglock: str, now: datetime,
     config = _unit_text(str(path.absolute()), "the config file's path")
     pglock = _unit_text(pglock, "pglock's path")
     written: list[Unit] = []
+    bases: dict[str, str] = {}
     for job in jobs:
         if job.schedule is None:
             continue
         base = unit_base(job.name)
+        if base in bases:
+            raise UsageError(f"{table_name(job.name)} and {table_name(bases[base])} would both "
+                             f"be {base}.service (systemd-escape writes / as -): rename one")
+        bases[base] = job.name
         try:
             plan = schedules.parse(job.schedule, job.tz, zone_source="tz")
         except UsageError as error:

@@ -13,7 +13,8 @@ JOBS_FILE = '[jobs.filed]\ncommand = ["true"]\nschedule = "*/5 * * * *"\n'
 
 # Each command that writes to stdout, with arguments that make it write.
 COMMANDS = [
-    ["status"], ["history"], ["metrics"], ["crontab"], ["jobs"], ["doctor"], ["init"],
+    ["status"], ["history"], ["metrics"], ["crontab"], ["systemd"], ["jobs"], ["doctor"],
+    ["init"],
     ["pause", "--job", "seen", "--reason", "r"], ["resume", "--job", "seen"],
     ["stop", "--job", "seen", "--reason", "r"],
     ["forget", "--job", "seen", "--reason", "r"],

@@ -235,11 +235,23 @@ def test_every_unit_passes_systemd_analyze_verify(tmp_path: Path) -> None:
     assert "SuccessExitStatus=99\n" in odd.text
 
 
-@pytest.mark.parametrize("name", ["backup", "a b/c", ".hidden", "x-y", "é", "a\\b", "50%"])
+@pytest.mark.parametrize("name", ["backup", "a b/c", ".hidden", "x-y", "é", "a\\b", "50%",
+                                  "a:b_c.d"])
 def test_names_are_escaped_as_systemd_escape_does(name: str) -> None:
     called = subprocess.run(["systemd-escape", "--", name], capture_output=True, text=True,
                             timeout=30)
     assert systemd.escape(name) == called.stdout.strip()
+    # A name that is a unit name already stays as it is (sync-invoices, not sync\x2dinvoices).
+    plain = name in ("backup", "x-y", "a:b_c.d")
+    assert systemd.unit_base(name) == "pglock-" + (name if plain else called.stdout.strip())
+
+
+def test_two_jobs_that_would_share_a_unit_are_refused(tmp_path: Path) -> None:
+    path, jobs = _jobs(tmp_path, '[jobs."a/b"]\ncommand = ["true"]\nschedule = "@daily"\n'
+                                 '[jobs.a-b]\ncommand = ["true"]\nschedule = "@daily"\n')
+    with pytest.raises(UsageError, match=r'^\[jobs.a-b\] and \[jobs."a/b"\] would both be '
+                                         r"pglock-a-b.service"):
+        systemd.units(path, jobs, "/usr/bin/true", START)
 
 
 def test_prune_removes_only_its_own_units_of_jobs_gone(tmp_path: Path) -> None:
