@@ -83,3 +83,22 @@ def test_bad_input_is_one_line_and_exit_2(tmp_path: Path, args: list[str], text:
                   if c.after > c.before).at.date()
     assert (called.code, called.stdout) == (2, "")
     assert called.stderr == line.format(tmp=tmp_path, path=path, spring=spring) + "\n"
+
+
+def test_fleet_md_shows_what_it_writes(monkeypatch: pytest.MonkeyPatch) -> None:
+    """docs/fleet.md's pair for sync-invoices is the generator's output (a host in Berlin)."""
+    import re
+    from datetime import UTC, datetime
+
+    from pglock.operate import systemd
+    from pglock.run import jobsfile
+
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    text = (Path(__file__).parents[3] / "docs" / "fleet.md").read_text()
+    shown = re.search(r"```ini\n(# ==> pglock-sync-invoices.*?)```", text, re.S)
+    assert shown is not None
+    config = Path("/etc/pglock/config.toml")
+    job = jobsfile.checked(config, "sync-invoices", {
+        "command": ["/opt/app/bin/sync-invoices"], "schedule": "*/5 * * * *", "ttl": "2m"})
+    units = systemd.units(config, [job], "/usr/local/bin/pglock", datetime.now(UTC), "app")
+    assert systemd.printed(units) == shown.group(1)
