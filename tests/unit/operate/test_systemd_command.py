@@ -102,3 +102,15 @@ def test_fleet_md_shows_what_it_writes(monkeypatch: pytest.MonkeyPatch) -> None:
         "command": ["/opt/app/bin/sync-invoices"], "schedule": "*/5 * * * *", "ttl": "2m"})
     units = systemd.units(config, [job], "/usr/local/bin/pglock", datetime.now(UTC), "app")
     assert systemd.printed(units) == shown.group(1)
+
+
+def test_a_config_path_with_a_control_character_is_refused(tmp_path: Path) -> None:
+    """A newline in the path would end the Environment= line and start another."""
+    directory = tmp_path / "evil\nExecStartPre=x"
+    directory.mkdir()
+    path = config_file(directory)
+    called = invoke("systemd", env={"PGLOCK_CONFIG": str(path)})
+    assert (called.code, called.stdout) == (2, "")
+    assert called.stderr.startswith("pglock: the config file's path ") and \
+        called.stderr.endswith("a unit file cannot name it (move the file)\n")
+    assert called.stderr.count("\n") == 1
