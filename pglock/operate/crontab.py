@@ -50,13 +50,13 @@ def program() -> str:
     return os.path.abspath(found)
 
 
-def _cron_text(text: str, what: str) -> str:
-    """`text` as a crontab line carries it: no line break or other control character (a
-    newline would end the line and start another entry), and UTF-8 (an escape would name
-    another file)."""
+def one_line(text: str, what: str, where: str = "a cron line") -> str:
+    """`text` as a crontab line (or a unit file's line) carries it: no line break or other
+    control character (a newline would end the line and start another entry), and UTF-8
+    (an escape would name another file)."""
     if undecodable(text) or has_control(text) or "\u2028" in text or "\u2029" in text:
         raise UsageError(f"{what} {shown(text)!r} has a control character or bytes that are "
-                         "not UTF-8: a cron line cannot name it (move the file)")
+                         f"not UTF-8: {where} cannot name it (move the file)")
     return text
 
 
@@ -73,8 +73,8 @@ def fragment(path: Path, jobs: Sequence[ConfiguredJob], pglock: str,
         raise UsageError(f"--user: {user!r} is not a user name")
     if tz_by is not None and tz_by not in TZ_BY:
         raise UsageError(f"--tz-by: {tz_by!r} is not one of cron, pglock")
-    config = _cron_text(str(path.absolute()), "the config file's path")
-    pglock = _cron_text(pglock, "pglock's path")
+    config = one_line(str(path.absolute()), "the config file's path")
+    pglock = one_line(pglock, "pglock's path")
     zoned = sorted((job for job in jobs if job.tz is not None and job.schedule is not None),
                    key=lambda job: str(job.tz))
     if zoned and tz_by is None:

@@ -24,9 +24,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from pglock.errors import UsageError
+from pglock.operate.crontab import one_line
 from pglock.run.jobsfile import ConfiguredJob, table_name
 from pglock.settings import schedule as schedules
-from pglock.settings.config import shown, undecodable
+from pglock.settings.config import shown
 from pglock.settings.text import has_control
 
 # The first line of every unit pglock writes: --dir overwrites and --prune removes only
@@ -266,14 +267,6 @@ def _same_in_utc(plan: schedules.Schedule, values: tuple[frozenset[int], ...],
 
 # ------------------------------------------------------------------ units
 
-def _unit_text(text: str, what: str) -> str:
-    """A path as a unit file carries it: one line, UTF-8."""
-    if undecodable(text) or has_control(text) or "\u2028" in text or "\u2029" in text:
-        raise UsageError(f"{what} {shown(text)!r} has a control character or bytes that are "
-                         "not UTF-8: a unit file cannot name it (move the file)")
-    return text
-
-
 def _quoted(word: str, *, dollar: bool = True) -> str:
     """A word as ExecStart= (dollar: $ expands there) or Environment= reads it: in double
     quotes, with \\ and " escaped and % doubled (a specifier otherwise)."""
@@ -296,8 +289,8 @@ def units(path: Path, jobs: Sequence[ConfiguredJob], pglock: str, now: datetime,
     if user is not None and (not user or user != user.strip() or has_control(user)
                              or any(c.isspace() for c in user)):
         raise UsageError(f"--user: {shown(user)!r} is not a user name")
-    config = _unit_text(str(path.absolute()), "the config file's path")
-    pglock = _unit_text(pglock, "pglock's path")
+    config = one_line(str(path.absolute()), "the config file's path", "a unit file")
+    pglock = one_line(pglock, "pglock's path", "a unit file")
     written: list[Unit] = []
     bases: dict[str, str] = {}
     for job in jobs:
