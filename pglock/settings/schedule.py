@@ -406,10 +406,13 @@ def _utc(moment: datetime) -> datetime:
 
 def fires(schedule: Schedule, at: datetime) -> bool:
     """Whether cron starts the job at fire time `at` (croniter also yields the repeated
-    hour's second pass for a fixed-time job, which cron skips)."""
-    if schedule.wildcard:
-        return True
+    hour's second pass for a fixed-time job, which cron skips, and moves a time the spring
+    change skips to the change, where cron starts a fixed-time job but not a wildcard
+    one: cronie runs wildcard jobs once "at the current time", which its fields may not
+    match, `*/20 2 * * *` at 03:00)."""
     local = _utc(at).astimezone(schedule.tz)
+    if schedule.wildcard:
+        return matches(schedule, _values(schedule.expr), local)
     return not (local.fold == 1 and local.replace(fold=0).utcoffset() != local.utcoffset())
 
 

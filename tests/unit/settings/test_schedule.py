@@ -274,6 +274,30 @@ def test_wildcard_jobs_fire_in_both_passes_of_the_repeated_hour(expr: str) -> No
     assert found.astimezone(BERLIN).utcoffset().total_seconds() == 3600  # type: ignore[union-attr]
 
 
+@pytest.mark.parametrize(("expr", "slots"), [
+    # Fixed-time: the skipped 02:30 runs at the change, as cron runs it.
+    ("30 2 * * *", ["2027-03-28T01:00:00+00:00", "2027-03-29T00:30:00+00:00"]),
+    # Wildcard (minute or hour starts with *): cron runs the skipped times not at all.
+    ("*/20 2 * * *", ["2027-03-29T00:00:00+00:00", "2027-03-29T00:20:00+00:00"]),
+    ("15 */2 * * *", ["2027-03-28T02:15:00+00:00", "2027-03-28T04:15:00+00:00"]),
+    ("15 * * * *", ["2027-03-28T01:15:00+00:00", "2027-03-28T02:15:00+00:00"]),
+])
+def test_a_time_the_spring_change_skips(expr: str, slots: list[str]) -> None:
+    """Berlin, 28 March 2027, 02:00 -> 03:00 (01:00 UTC). cronie and Vixie cron: fixed-time
+    jobs run for each skipped minute, wildcard jobs once at the current time (03:00),
+    which `*/20 2` and `15 */2` do not match."""
+    plan = schedule.parse(expr, "Europe/Berlin")
+    found, moment = [], datetime.fromisoformat("2027-03-28T00:59:00+00:00")
+    for _ in range(2):
+        moment = schedule.next_after(plan, moment)
+        found.append(moment.astimezone(UTC).isoformat())
+    assert found == slots
+    # Backward too: the slot of a moment just after the change is the one before it.
+    after = datetime.fromisoformat("2027-03-28T01:00:30+00:00")
+    assert (schedule.slot(plan, after) == datetime.fromisoformat(slots[0])) == (
+        expr == "30 2 * * *")
+
+
 def test_the_zone_comes_from_tz_then_cron_tz_then_the_host() -> None:
     environ = {"CRON_TZ": "Asia/Tokyo", "TZ": "America/New_York"}
     assert schedule.zone_setting("UTC", environ) == ("UTC", "--tz")
