@@ -17,6 +17,7 @@ from typer.core import TyperGroup, TyperOption
 from pglock import __version__
 from pglock.cli.app import COMPLETE_VAR, full_app
 from pglock.errors import EVERY, RUN, ExitStatus
+from pglock.operate.doctor import EXIT_MEANINGS
 from pglock.reports.check import PluginStatus
 from pglock.run.environment import COMMAND_VARIABLES
 from pglock.settings.config import CONFIG_KEYS
@@ -56,6 +57,8 @@ def exit_statuses(name: str) -> list[tuple[str, str]]:
     """(code, meaning) of every exit status the command can return."""
     if name == "check":
         return [(str(int(status)), status.meaning) for status in PluginStatus]
+    if name == "doctor":
+        return [(str(int(level)), meaning) for level, meaning in EXIT_MEANINGS.items()]
     return [(status.label, status.meaning) for status in ExitStatus if name in status.commands]
 
 
@@ -107,7 +110,8 @@ def main_page(group: TyperGroup) -> str:
         body += [".TP", f"\\fBpglock {name}\\fR", roff(command.get_short_help_str(80)),
                  f"See \\fBpglock\\-{name}\\fR(1)."]
     body += [".SH EXIT STATUS", "Each command's page lists the codes it returns "
-             "(\\fBpglock check\\fR answers 0\\-3 only); all of them:"]
+             "(\\fBpglock check\\fR answers 0\\-3 only, \\fBpglock doctor\\fR 0\\-2: OK, "
+             "WARN, FAIL); all of them:"]
     for status in ExitStatus:
         body += [".TP", roff(status.label), roff(status.meaning)]
     body += [".SH ENVIRONMENT", "Each command's page lists the \\fBPGLOCK_*\\fR variables "
@@ -236,6 +240,9 @@ def exit_table() -> list[str]:
         lines.append(f"| {status.label} | {status.meaning} | {commands} |")
     codes = ", ".join(f"{int(status)} {status.name}" for status in PluginStatus)
     lines.append(f"\n`pglock check` answers as a monitoring plugin, whatever happens: {codes}.")
+    levels = ", ".join(f"{int(level)} {level.name}" for level in EXIT_MEANINGS)
+    lines.append(f"\n`pglock doctor` exits with its worst finding: {levels} (a bad option "
+                 "is 2 as well).")
     return lines
 
 

@@ -33,11 +33,12 @@ Yes = Annotated[bool, typer.Option(
 
 
 def _confirm(yes: bool, situation: str, action: str) -> None:
-    """Ask on a terminal; refuse (usage error, exit 2) without --yes anywhere else."""
+    """Ask on a terminal; anywhere else, without --yes, it is not confirmed (exit 1, as a
+    "no" on a terminal: the exit table says so)."""
     if yes:
         return
     if not sys.stdin.isatty():
-        raise UsageError(f"{situation}; refusing to {action} without --yes (not on a terminal)")
+        raise NothingDone(f"{situation}; refusing to {action} without --yes (not on a terminal)")
     typer.echo(situation, err=True)
     if not typer.confirm(f"{action[0].upper()}{action[1:]}?", err=True):
         raise NothingDone("not confirmed; nothing changed")

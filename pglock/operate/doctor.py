@@ -57,6 +57,15 @@ class Level(enum.IntEnum):
     FAIL = 2
 
 
+# doctor's exit statuses (its worst finding): the source of its man page's EXIT STATUS and
+# the README's line under the exit table.
+EXIT_MEANINGS = {
+    Level.OK: "OK: every check passed",
+    Level.WARN: "WARN: at least one check warns, none fails",
+    Level.FAIL: "FAIL: at least one check fails (a bad option is 2 as well)",
+}
+
+
 @dataclass(frozen=True)
 class Finding:
     """One check's result: what was seen, and what to do when it is not OK."""
