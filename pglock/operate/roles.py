@@ -45,6 +45,7 @@ RUN_FUNCTIONS = (
     "holds(text, text, bigint)",
     # The fencing guard a command calls on its own connection (docs/lease.md, "Fencing").
     "fence(text, text, bigint)",
+    "note_windows(text, text[])",
 )
 
 # The tables a reader reads whole (locks and seats: every column but holder_id).

@@ -232,8 +232,9 @@ def test_the_run_path_is_only_functions_and_public_cannot_call_them(env: Env) ->
         "has_function_privilege('public', p.oid, 'EXECUTE') "
         "FROM pg_proc p WHERE p.pronamespace = %s::regnamespace ORDER BY 1", (env.schema,))
     assert [r[0] for r in rows] == ["acquire", "advisory_key", "catch_up", "fence", "finish",
-                                    "holds", "incarnation", "note", "record_start", "release",
-                                    "renew", "retake", "session_holds", "start_run"]
+                                    "holds", "incarnation", "note", "note_windows",
+                                    "record_start", "release", "renew", "retake",
+                                    "session_holds", "start_run"]
     for name, definer, config, public in rows:
         assert config == ["search_path=pg_catalog, pg_temp"], name
         assert not public, name

@@ -759,6 +759,16 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
                      AND released_at IS NULL AND expires_at > clock_timestamp())
 $$;
 
+-- note_windows: the job's --window list, recorded by a trigger that skips inside one (as
+-- acquire records it for a trigger that runs), so that status and check know a window
+-- from its first trigger, even one added while inside it. Writes only on a change.
+CREATE OR REPLACE FUNCTION {schema}.note_windows(p_job text, p_windows text[])
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    UPDATE {schema}.jobs SET windows = p_windows
+    WHERE job = p_job AND windows IS DISTINCT FROM p_windows;
+$$;
+
 -- fence: the fencing guard of a command that writes to this database (docs/lease.md,
 -- "Fencing"), run first in its own transaction: whether its claim (the holder id and
 -- token in its environment) still holds the job's lock or a seat, the row then
@@ -805,5 +815,6 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
                     text, text, bytea, boolean, boolean, text, text, text, text),
     {schema}.note(bigint, text, text),
     {schema}.holds(text, text, bigint),
-    {schema}.fence(text, text, bigint)
+    {schema}.fence(text, text, bigint),
+    {schema}.note_windows(text, text[])
 FROM PUBLIC;
