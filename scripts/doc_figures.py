@@ -16,6 +16,7 @@ from pglock.db.schema import VERSION
 from pglock.lock import heartbeat
 from pglock.lock.ledger import Outcome
 from pglock.reports.jobs import FINISHED, State
+from pglock.run import record
 from pglock.run.flags import DEFAULTS
 from pglock.serve.pool import KEEP
 from pglock.settings import durations
@@ -75,9 +76,11 @@ def outage_table() -> str:
         every = ttl / 3
         term = ttl - heartbeat.slack(ttl, KILL_AFTER)
         grace = heartbeat.grace(ttl, KILL_AFTER)
-        # The end record is tried for --connect-timeout once the command ended, then one
-        # line and exit 125 (lease.md, "When pglock itself dies").
-        exits = term + grace + CONNECT_TIMEOUT + heartbeat.RETRY_INTERVAL
+        # The end record is tried for --connect-timeout once the command ended, and its
+        # writer waited for as long again as a statement takes to be cancelled when the
+        # server answers not even the cancel (a blackhole): then one line and exit 125
+        # (lease.md, "When pglock itself dies").
+        exits = term + grace + CONNECT_TIMEOUT + record.CANCELLED
         lines.append(f"| {_ttl_label(ttl)} | {seconds(every)} | {span(term - every, term)} | "
                      f"{span(term - every + grace, term + grace)} | {seconds(exits)} | "
                      f"{span(ttl - every, ttl)} |")
@@ -134,6 +137,7 @@ FIGURES: dict[str, Callable[[str], str]] = {
     "serve-keep": lambda _: str(KEEP),
     "kill-after": lambda _: format_bound(KILL_AFTER),
     "connect-timeout": lambda _: format_bound(CONNECT_TIMEOUT),
+    "record-extra": lambda _: f"{record.CANCELLED:g} s",
 }
 
 
