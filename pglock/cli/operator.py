@@ -65,8 +65,9 @@ def status(
 ) -> int:
     """Show each job: state, holder and mode, running for, expiry, next due, last run, last success.
 
-    States, worst first: stale, failed, overdue (a slot of its schedule passed its grace
-    with no run), cleared, running, paused, held, idle. With more than 50 jobs, the idle
+    States, worst first: dead, stale, failed, overdue (a slot of its schedule passed its
+    grace with no run), cleared, slow, running, paused, window, held, idle (docs/operators.md
+    says what each means). With more than 50 jobs, the idle
     ones are counted, not listed (--all lists them; --json always has every job). With
     --job: that job, its schedule and its recent runs (exit 1 if it never ran here).
 

@@ -49,3 +49,20 @@ def test_a_stale_figure_is_rewritten_and_the_rest_kept() -> None:
 def test_an_unknown_figure_is_refused() -> None:
     with pytest.raises(SystemExit, match="unknown figure 'nothing'"):
         figures.fill("<!-- gen:nothing -->1<!-- /gen -->", "t")
+
+
+def test_status_help_lists_every_state_worst_first() -> None:
+    """One list of states (reports/jobs.py State): the docs' copies are generated from it;
+    status's help, which typer takes from a docstring, is held to it here."""
+    import re
+
+    from pglock.cli.operator import status
+    from pglock.reports.jobs import STATE_MEANINGS, State
+
+    assert status.__doc__ is not None
+    said = re.search(r"States, worst first: (.*?)\(docs/operators", " ".join(
+        status.__doc__.split()))
+    assert said is not None
+    names = [re.sub(r"\s*\(.*", "", part).strip() for part in said[1].split(",")]
+    assert names == list(State)
+    assert list(STATE_MEANINGS) == list(State)
