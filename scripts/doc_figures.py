@@ -146,6 +146,8 @@ FIGURES: dict[str, Callable[[str], str]] = {
     "kill-after": lambda _: format_bound(KILL_AFTER),
     "connect-timeout": lambda _: format_bound(CONNECT_TIMEOUT),
     "record-extra": lambda _: f"{record.CANCELLED:g} s",
+    # The shortest ttl that rides out a failover of this many seconds (its argument).
+    "ttl-for": lambda outage: format_bound(heartbeat.ttl_for(float(outage), KILL_AFTER)),
 }
 
 

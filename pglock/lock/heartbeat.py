@@ -55,6 +55,15 @@ def rides_out(ttl: float, kill_after: float) -> float:
     return ttl - slack(ttl, kill_after) - ttl / 3 - RETRY_INTERVAL
 
 
+def ttl_for(outage: float, kill_after: float) -> float:
+    """The shortest ttl, in whole 5 s, whose running jobs ride out an outage (a failover)
+    this long (rides_out)."""
+    ttl = 5.0
+    while rides_out(ttl, kill_after) < outage:
+        ttl += 5.0
+    return ttl
+
+
 def check_ttl(ttl: float, kill_after: float) -> None:
     """Refuse a ttl that leaves no room for a retried renewal before the local deadline."""
     if ttl - margin(ttl) - grace(ttl, kill_after) < ttl / 3 + RETRY_INTERVAL:

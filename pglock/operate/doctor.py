@@ -484,10 +484,6 @@ def configured_ttls() -> dict[str, tuple[float, float]]:
     return ttls
 
 
-# The ttls doctor proposes, as docs/ttl.md's table shows them.
-PROPOSED_TTLS = (60.0, 120.0, 300.0, 900.0, 3600.0)
-
-
 def failover(platform: platforms.Platform, ttls: dict[str, tuple[float, float]],
              purpose: Purpose) -> Finding:
     """Whether the jobs' ttls ride out the platform's failover (docs/ttl.md's rule): each
@@ -501,11 +497,10 @@ def failover(platform: platforms.Platform, ttls: dict[str, tuple[float, float]],
                        f"{platform.failover:g} s")
     shown = ", ".join(f"{name or 'the default'} ({format_bound(ttl)})"
                       for name, ttl in sorted(short.items()))
-    enough = next((ttl for ttl in PROPOSED_TTLS
-                   if heartbeat.rides_out(ttl, ttls[""][1]) >= platform.failover), None)
-    advice = ("a ttl of at least " + format_bound(enough) if enough is not None
-              else "a longer ttl") + (" for the jobs that must outlive a failover (docs/ttl.md; "
-                                      "a longer ttl also keeps a dead host's jobs longer)")
+    enough = heartbeat.ttl_for(platform.failover, ttls[""][1])
+    advice = (f"a ttl of at least {format_bound(enough)} for the jobs that must outlive a "
+              "failover (docs/ttl.md, docs/platforms.md; a longer ttl also keeps a dead "
+              "host's jobs locked longer)")
     return Finding("failover", Level.OK if purpose is Purpose.READER else Level.WARN,
                    f"{platform.name} fails over in up to {platform.failover:g} s; a running "
                    f"command is stopped by a failover that long at the ttl of {shown}",

@@ -236,4 +236,4 @@ def test_a_platforms_role_names_it_and_its_failover_is_held_against_the_ttl(
         "Amazon RDS for PostgreSQL (the rds_superuser role); failovers take up to 120 s")
     assert found["failover"]["status"] == "warn"
     assert "at the ttl of the default (1m)" in found["failover"]["detail"]
-    assert found["failover"]["advice"].startswith("a ttl of at least 5m")
+    assert found["failover"]["advice"].startswith("a ttl of at least 235s ")

@@ -99,7 +99,7 @@ def test_a_ttl_that_does_not_ride_out_the_failover_warns() -> None:
     assert found.detail == (
         "Amazon RDS for PostgreSQL fails over in up to 120 s; a running command is stopped "
         "by a failover that long at the ttl of the default (1m), sync (2m)")
-    assert found.advice.startswith("a ttl of at least 5m ")
+    assert found.advice.startswith("a ttl of at least 235s ")
     assert heartbeat.rides_out(300, 10) >= 120 > heartbeat.rides_out(120, 10)
     # A reader runs nothing: said, not warned.
     assert doctor.failover(platforms.RDS, ttls, Purpose.READER).level is Level.OK
