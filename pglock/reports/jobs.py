@@ -631,6 +631,11 @@ def standing(expr: str | None, zone: str | None, grace: float | None,
     return _counted(expr, zone, grace, last_slot, next_slot, now, windows)
 
 
+# What an unknown zone's message names as its source: the zone came from the job's row,
+# recorded by its last run, not from an option of this command.
+RECORDED_ZONE = "the job's recorded zone"
+
+
 # Jobs of one read share the clock, and many share a schedule and the slots they
 # missed: after a fleet-wide outage, 10,000 overdue jobs cost a few distinct countings.
 @lru_cache(maxsize=1024)
@@ -641,7 +646,8 @@ def _counted(expr: str, zone: str | None, grace: float | None, last_slot: dateti
 
     try:
         # A run host whose zone had no name stored "localtime": read it as ours.
-        plan = schedule.parse(expr, None if zone == "localtime" else zone)
+        plan = schedule.parse(expr, None if zone == "localtime" else zone,
+                              zone_source=RECORDED_ZONE)
         parsed = _windows(windows, zone)
     except UsageError as error:
         return None, f"its schedule cannot be read here: {error}"
@@ -660,7 +666,8 @@ def _windows(windows: tuple[str, ...], zone: str | None) -> tuple[Any, ...]:
     from pglock.settings import schedule
 
     zone = None if zone == "localtime" else zone
-    return tuple(schedule.parse_window(text, zone) for text in windows)
+    return tuple(schedule.parse_window(text, zone, zone_source=RECORDED_ZONE)
+                 for text in windows)
 
 
 def in_window(windows: tuple[str, ...], zone: str | None, now: datetime) -> datetime | None:
