@@ -60,7 +60,14 @@ def exit_statuses(name: str) -> list[tuple[str, str]]:
         return [(str(int(status)), status.meaning) for status in PluginStatus]
     if name == "doctor":
         return [(str(int(level)), meaning) for level, meaning in EXIT_MEANINGS.items()]
-    return [(status.label, status.meaning) for status in ExitStatus if name in status.commands]
+    # Only run passes its command's code through: the other pages say success, no more.
+    return [(status.label, "success" if status is ExitStatus.OK and name != "run"
+             else status.meaning) for status in ExitStatus if name in status.commands]
+
+
+def summary(command: _click.Command) -> str:
+    """The command's first paragraph, whole: a NAME line cut with "..." says half."""
+    return " ".join((command.help or "").strip().split("\n\n")[0].split())
 
 
 def exit_lines(name: str) -> list[str]:
@@ -101,14 +108,14 @@ def command_page(name: str, command: _click.Command) -> str:
     body += exit_lines(name)
     body += environment_lines(command)
     body += [".SH SEE ALSO", "\\fBpglock\\fR(1)"]
-    return page(f"pglock-{name}", command, command.get_short_help_str(80), body)
+    return page(f"pglock-{name}", command, summary(command), body)
 
 
 def main_page(group: TyperGroup) -> str:
     body = [".SH SYNOPSIS", "\\fBpglock\\fR \\fICOMMAND\\fR [\\fIOPTIONS\\fR]", ".SH DESCRIPTION",
             roff(group.help or ""), ".SH COMMANDS"]
     for name, command in sorted(group.commands.items()):
-        body += [".TP", f"\\fBpglock {name}\\fR", roff(command.get_short_help_str(80)),
+        body += [".TP", f"\\fBpglock {name}\\fR", roff(summary(command)),
                  f"See \\fBpglock\\-{name}\\fR(1)."]
     body += [".SH EXIT STATUS", "Each command's page lists the codes it returns "
              "(\\fBpglock check\\fR answers 0\\-3 only, \\fBpglock doctor\\fR 0\\-2: OK, "

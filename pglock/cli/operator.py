@@ -104,10 +104,12 @@ def history(
     since: Annotated[str | None, typer.Option(
         metavar="DURATION", show_default=False, help="Only runs started this recently.")] = None,
     outcome: Annotated[str | None, typer.Option(
-        show_default=False, help="Only runs that ended so (succeeded, failed, ...).")] = None,
+        metavar="OUTCOME", show_default=False,
+        help="Only runs that ended so (succeeded, failed, ...).")] = None,
     host: Annotated[str | None, typer.Option(
-        show_default=False, help="Only runs of this holder (host name or --holder).")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many runs.")] = 50,
+        metavar="HOST", show_default=False,
+        help="Only runs of this holder (host name or --holder).")] = None,
+    limit: Annotated[int, typer.Option(metavar="N", help="At most this many runs.")] = 50,
     output: Annotated[bool, typer.Option(
         "--output", help="Show each run's kept output (the tail of what it printed) under it.")
     ] = False,
@@ -142,7 +144,7 @@ def history(
 def clear(
     job: Job,
     reason: Annotated[str | None, typer.Option(
-        show_default=False, help="Why, for the audit row.")] = None,
+        metavar="TEXT", show_default=False, help="Why, for the audit row.")] = None,
     yes: Yes = False,
     now: Annotated[bool, typer.Option(
         "--now", help="Free the lock for others at once, not one ttl later.")] = False,
