@@ -15,7 +15,8 @@ from collections.abc import Callable, Iterable
 from pglock.db.schema import VERSION
 from pglock.lock import heartbeat
 from pglock.lock.ledger import Outcome
-from pglock.reports.jobs import FINISHED, State
+from pglock.reports.jobs import FINISHED, STATE_MEANINGS, State
+from pglock.run import record
 from pglock.run.flags import DEFAULTS
 from pglock.serve.pool import KEEP
 from pglock.settings import durations
@@ -75,9 +76,11 @@ def outage_table() -> str:
         every = ttl / 3
         term = ttl - heartbeat.slack(ttl, KILL_AFTER)
         grace = heartbeat.grace(ttl, KILL_AFTER)
-        # The end record is tried for --connect-timeout once the command ended, then one
-        # line and exit 125 (lease.md, "When pglock itself dies").
-        exits = term + grace + CONNECT_TIMEOUT + heartbeat.RETRY_INTERVAL
+        # The end record is tried for --connect-timeout once the command ended, and its
+        # writer waited for as long again as a statement takes to be cancelled when the
+        # server answers not even the cancel (a blackhole): then one line and exit 125
+        # (lease.md, "When pglock itself dies").
+        exits = term + grace + CONNECT_TIMEOUT + record.CANCELLED
         lines.append(f"| {_ttl_label(ttl)} | {seconds(every)} | {span(term - every, term)} | "
                      f"{span(term - every + grace, term + grace)} | {seconds(exits)} | "
                      f"{span(ttl - every, ttl)} |")
@@ -85,9 +88,8 @@ def outage_table() -> str:
 
 
 def ridden(ttl: float) -> float:
-    """The longest outage a running lease-mode job rides out for sure: it must end, and a
-    renewal retry (every RETRY_INTERVAL) land, before the earliest SIGTERM."""
-    return ttl - heartbeat.slack(ttl, KILL_AFTER) - ttl / 3 - heartbeat.RETRY_INTERVAL
+    """The longest outage a running lease-mode job rides out for sure (heartbeat.py)."""
+    return heartbeat.rides_out(ttl, KILL_AFTER)
 
 
 def ridden_table() -> str:
@@ -100,6 +102,13 @@ def ridden_table() -> str:
         every = ttl / 3
         lines.append(f"| {_ttl_label(ttl)} | {seconds(ridden(ttl))} | {seconds(ttl)} | "
                      f"{seconds(ttl - every)} | {seconds(every)} |")
+    return "\n".join(lines)
+
+
+def state_table() -> str:
+    """Every state, worst first, with its meaning (reports/jobs.py)."""
+    lines = ["| state | meaning |", "|---|---|"]
+    lines += [f"| `{state}` | {STATE_MEANINGS[state]} |" for state in State]
     return "\n".join(lines)
 
 
@@ -124,6 +133,8 @@ FIGURES: dict[str, Callable[[str], str]] = {
     "outcomes": lambda _: _codes(Outcome),
     "finished-outcomes": lambda _: ", ".join(FINISHED),
     "states": lambda _: ", ".join(State),
+    "states-code": lambda _: _codes(State),
+    "state-table": lambda _: "\n" + state_table() + "\n",
     "ttl-outage": lambda _: "\n" + outage_table() + "\n",
     "ttl-ridden": lambda _: "\n" + ridden_table() + "\n",
     "range": range_text,
@@ -134,6 +145,9 @@ FIGURES: dict[str, Callable[[str], str]] = {
     "serve-keep": lambda _: str(KEEP),
     "kill-after": lambda _: format_bound(KILL_AFTER),
     "connect-timeout": lambda _: format_bound(CONNECT_TIMEOUT),
+    "record-extra": lambda _: f"{record.CANCELLED:g} s",
+    # The shortest ttl that rides out a failover of this many seconds (its argument).
+    "ttl-for": lambda outage: format_bound(heartbeat.ttl_for(float(outage), KILL_AFTER)),
 }
 
 

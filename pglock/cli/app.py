@@ -10,10 +10,25 @@ from collections.abc import Iterator
 from typing import TYPE_CHECKING, Annotated
 
 import typer
+from typer._click import core as click_core
+from typer._click import types as click
 
 from pglock.cli import boundary
 from pglock.errors import ExitStatus, OutputFailed
 from pglock.settings.durations import parse_duration
+from pglock.settings.text import WINDOW_SEPARATOR
+
+
+class _Windows(click.ParamType):
+    """--window's text; PGLOCK_WINDOW separates several with ';' (a window itself holds
+    spaces, click's default separator for a repeatable option's variable)."""
+
+    name = "text"
+    envvar_list_splitter = WINDOW_SEPARATOR
+
+    def convert(self, value: object, param: click_core.Parameter | None,
+                ctx: click_core.Context | None) -> str:
+        return str(value).strip()
 
 if TYPE_CHECKING:
     from typing import Any
@@ -194,10 +209,10 @@ def run(
         help="With --catch-up: look back at most N slots (1 to 1000); older ones are "
              "recorded as skipped by catch-up.")] = 24,
     window: Annotated[list[str] | None, typer.Option("--window", metavar="'CRON DURATION'",
-        show_default=False,
-        help="With --schedule: a maintenance window, such as '0 2 * * 6 4h' (repeatable): "
-             "a trigger inside one skips (exit 75), and its slots are neither overdue nor "
-             "caught up.")] = None,
+        envvar="PGLOCK_WINDOW", click_type=_Windows(), show_default=False,
+        help="With --schedule: a maintenance window, such as '0 2 * * 6 4h' (repeatable; "
+             "PGLOCK_WINDOW holds one or several separated by ';'): a trigger inside one "
+             "skips (exit 75), and its slots are neither overdue nor caught up.")] = None,
     output_tail: Annotated[str, typer.Option(envvar="PGLOCK_OUTPUT_TAIL", metavar="SIZE",
         help="Keep the last SIZE bytes of the command's output in its history row "
              "(not on a terminal; 0: keep none).")] = "4KiB",

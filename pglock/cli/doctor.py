@@ -36,9 +36,11 @@ def doctor(
 
     Checks: the database configured (the embedded one is this host only), that it is
     reachable and the primary, its version, the schema and this role's privileges,
-    pg_signal_backend, role timeouts, synchronous_commit, connection headroom, a
-    transaction-pooling proxy, replication (a synchronous standby?), this host's clock
-    against the server's. Changes nothing. Exit 0 all OK, 1 a WARN, 2 a FAIL. Each check
+    pg_signal_backend, role timeouts, synchronous_commit, connection headroom, the
+    platform (a managed service: RDS, Aurora, Cloud SQL, Azure, Neon, Supabase, ...) and
+    whether the jobs' ttls ride out its failovers, a transaction-pooling proxy (named when
+    the DSN says which), replication (a synchronous standby?), this host's clock against
+    the server's. Changes nothing. Exit 0 all OK, 1 a WARN, 2 a FAIL. Each check
     is judged by the host's purpose: what a runner or reader does not need (pg_signal_backend,
     the operator's privileges, the standbys' state) is no WARN there, so configuration
     management can require exit 0.

@@ -33,11 +33,12 @@ Yes = Annotated[bool, typer.Option(
 
 
 def _confirm(yes: bool, situation: str, action: str) -> None:
-    """Ask on a terminal; refuse (usage error, exit 2) without --yes anywhere else."""
+    """Ask on a terminal; anywhere else, without --yes, it is not confirmed (exit 1, as a
+    "no" on a terminal: the exit table says so)."""
     if yes:
         return
     if not sys.stdin.isatty():
-        raise UsageError(f"{situation}; refusing to {action} without --yes (not on a terminal)")
+        raise NothingDone(f"{situation}; refusing to {action} without --yes (not on a terminal)")
     typer.echo(situation, err=True)
     if not typer.confirm(f"{action[0].upper()}{action[1:]}?", err=True):
         raise NothingDone("not confirmed; nothing changed")
@@ -64,8 +65,9 @@ def status(
 ) -> int:
     """Show each job: state, holder and mode, running for, expiry, next due, last run, last success.
 
-    States, worst first: stale, failed, overdue (a slot of its schedule passed its grace
-    with no run), cleared, running, paused, held, idle. With more than 50 jobs, the idle
+    States, worst first: dead, stale, failed, overdue (a slot of its schedule passed its
+    grace with no run), cleared, slow, running, paused, window, held, idle (docs/operators.md
+    says what each means). With more than 50 jobs, the idle
     ones are counted, not listed (--all lists them; --json always has every job). With
     --job: that job, its schedule and its recent runs (exit 1 if it never ran here).
 
@@ -102,10 +104,12 @@ def history(
     since: Annotated[str | None, typer.Option(
         metavar="DURATION", show_default=False, help="Only runs started this recently.")] = None,
     outcome: Annotated[str | None, typer.Option(
-        show_default=False, help="Only runs that ended so (succeeded, failed, ...).")] = None,
+        metavar="OUTCOME", show_default=False,
+        help="Only runs that ended so (succeeded, failed, ...).")] = None,
     host: Annotated[str | None, typer.Option(
-        show_default=False, help="Only runs of this holder (host name or --holder).")] = None,
-    limit: Annotated[int, typer.Option(help="At most this many runs.")] = 50,
+        metavar="HOST", show_default=False,
+        help="Only runs of this holder (host name or --holder).")] = None,
+    limit: Annotated[int, typer.Option(metavar="N", help="At most this many runs.")] = 50,
     output: Annotated[bool, typer.Option(
         "--output", help="Show each run's kept output (the tail of what it printed) under it.")
     ] = False,
@@ -140,7 +144,7 @@ def history(
 def clear(
     job: Job,
     reason: Annotated[str | None, typer.Option(
-        show_default=False, help="Why, for the audit row.")] = None,
+        metavar="TEXT", show_default=False, help="Why, for the audit row.")] = None,
     yes: Yes = False,
     now: Annotated[bool, typer.Option(
         "--now", help="Free the lock for others at once, not one ttl later.")] = False,

@@ -20,6 +20,7 @@ from typing import Any
 
 from pglock.cli import boundary
 from pglock.run import flags as run_flags
+from pglock.settings.text import WINDOW_SEPARATOR
 
 _INTEGER = r"\s*[+-]?\d+\s*"
 # Booleans from the environment as click reads them, the unambiguous spellings only.
@@ -69,7 +70,14 @@ def parse(args: list[str], environ: Mapping[str, str],
         # click takes an empty variable for an unset one.
         if param in values or not environ.get(variable):
             continue
-        converted = _converted(environ[variable], run_flags.KINDS[param])
+        kind = run_flags.KINDS[param]
+        if kind == "list":
+            # As click splits a repeatable option's variable (cli/app.py's _Windows).
+            values[param] = tuple(item.strip()
+                                  for item in environ[variable].split(WINDOW_SEPARATOR))
+            from_environment.add(param)
+            continue
+        converted = _converted(environ[variable], kind)
         if converted is None:
             return None
         values[param] = converted

@@ -10,7 +10,7 @@ from pglock.cli import boundary
 
 # Read from the environment, these apply only with --schedule; a crontab may set them for
 # all its lines, scheduled or not. Given as options without --schedule, they are refused.
-SCHEDULE_ONLY = ("tz", "deadline", "grace", "catch_up", "catch_up_limit")
+SCHEDULE_ONLY = ("tz", "deadline", "grace", "catch_up", "catch_up_limit", "window")
 
 
 # Every parameter of cli.run that start() passes on.

@@ -113,9 +113,12 @@ def first_line(error: BaseException) -> str:
 
 def connect(conninfo: str, *, application_name: str, timeout: float,
             extra: dict[str, Any] | None = None,
-            bound: float | None = None) -> psycopg.Connection[Any]:
+            bound: float | None = None, once: bool = False) -> psycopg.Connection[Any]:
     """An autocommit connection, retried with full-jitter backoff within `timeout` seconds;
-    with `bound`, each of its statements is cancelled past that many seconds (bounded.py)."""
+    with `bound`, each of its statements is cancelled past that many seconds (bounded.py).
+    With `once`, one attempt only: the caller keeps its own cadence (the heartbeat retries
+    every RETRY_INTERVAL, which docs/ttl.md's table assumes; a backoff of up to 2 s inside
+    this loop would let a renewal land later than that)."""
     deadline = time.monotonic() + timeout
     params = {**KEEPALIVES, **(extra or {})}
     attempt = 0
@@ -134,7 +137,7 @@ def connect(conninfo: str, *, application_name: str, timeout: float,
             return conn.bounded(bound) if bound is not None else conn
         except psycopg.OperationalError as error:
             remaining = deadline - time.monotonic()
-            if not is_transient(error) or remaining <= 0:
+            if once or not is_transient(error) or remaining <= 0:
                 raise DatabaseError(connect_failure(conninfo, error)) from None
             attempt += 1
             time.sleep(min(remaining, random.uniform(0, min(2.0, 0.05 * 2**attempt))))
@@ -158,15 +161,15 @@ class Reconnecting:
         self.user_timeout = user_timeout
         self.conn: psycopg.Connection[Any] | None = None
 
-    def connect(self, timeout: float | None = None,
-                user_timeout: float | None = None) -> psycopg.Connection[Any]:
-        """A new connection of the same name (the caller owns it)."""
+    def connect(self, timeout: float | None = None, user_timeout: float | None = None,
+                once: bool = False) -> psycopg.Connection[Any]:
+        """A new connection of the same name (the caller owns it); `once`: one attempt."""
         # tcp_user_timeout bounds how long a statement can hang on a vanished server.
         user_timeout = user_timeout or self.user_timeout
         extra = {"tcp_user_timeout": int(user_timeout * 1000)} if user_timeout else None
         timeout = timeout or self.timeout
         return connect(self.conninfo, application_name=self.application_name,
-                       timeout=timeout, extra=extra, bound=timeout)
+                       timeout=timeout, extra=extra, bound=timeout, once=once)
 
     def get(self) -> psycopg.Connection[Any]:
         """The run's connection, opened if it is not."""

@@ -47,6 +47,23 @@ def slack(horizon: float, kill_after: float) -> float:
     return margin(horizon) + grace(horizon, kill_after)
 
 
+def rides_out(ttl: float, kill_after: float) -> float:
+    """The longest outage (a failover) a running lease-mode job rides out for sure: it
+    may begin just before a renewal is due (ttl/3 after the last), and it must end, and a
+    retried renewal (every RETRY_INTERVAL) land, before the SIGTERM (docs/ttl.md's table;
+    doctor holds each platform's failover time against it)."""
+    return ttl - slack(ttl, kill_after) - ttl / 3 - RETRY_INTERVAL
+
+
+def ttl_for(outage: float, kill_after: float) -> float:
+    """The shortest ttl, in whole 5 s, whose running jobs ride out an outage (a failover)
+    this long (rides_out)."""
+    ttl = 5.0
+    while rides_out(ttl, kill_after) < outage:
+        ttl += 5.0
+    return ttl
+
+
 def check_ttl(ttl: float, kill_after: float) -> None:
     """Refuse a ttl that leaves no room for a retried renewal before the local deadline."""
     if ttl - margin(ttl) - grace(ttl, kill_after) < ttl / 3 + RETRY_INTERVAL:

@@ -75,6 +75,11 @@ HELD_BY = """
 SELECT {schema}.holds(%(job)s, %(holder_id)s, %(fencing_token)s)
 """
 
+# A trigger skipped inside a --window records the job's windows (status reads them).
+NOTE_WINDOWS = """
+SELECT {schema}.note_windows(%(job)s, %(windows)s)
+"""
+
 RELEASE = """
 SELECT {schema}.release(%(job)s, %(holder_id)s, %(fencing_token)s, %(min_hold)s,
                         %(close_slot)s)
@@ -268,6 +273,11 @@ def release(conn: psycopg.Connection[Any], lease: Claim, min_hold: float = 0, *,
     row = conn.execute(query(RELEASE, lease.schema), lease.params(
         min_hold=timedelta(seconds=min_hold), close_slot=close_slot)).fetchone()
     return bool(row and row[0])
+
+
+def note_windows(conn: psycopg.Connection[Any], lease: Claim) -> None:
+    """Record the job's windows as this trigger gives them (it skips inside one)."""
+    conn.execute(query(NOTE_WINDOWS, lease.schema), {"job": lease.job, "windows": lease.windows})
 
 
 def holder_of(conn: psycopg.Connection[Any], lease: Claim) -> str | None:

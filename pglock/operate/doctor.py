@@ -15,8 +15,11 @@ from typing import Any
 import psycopg
 
 from pglock.db import database, engine, schema
-from pglock.errors import DatabaseError
+from pglock.errors import DatabaseError, PglockError
+from pglock.lock import heartbeat
+from pglock.operate import platforms
 from pglock.settings.config import Target
+from pglock.settings.durations import format_bound
 
 # Below this, advisory mode's session settings (idle_session_timeout) and
 # `clear --terminate`'s pg_terminate_backend(pid, timeout) do not exist.
@@ -55,6 +58,15 @@ class Level(enum.IntEnum):
     OK = 0
     WARN = 1
     FAIL = 2
+
+
+# doctor's exit statuses (its worst finding): the source of its man page's EXIT STATUS and
+# the README's line under the exit table.
+EXIT_MEANINGS = {
+    Level.OK: "OK: every check passed",
+    Level.WARN: "WARN: at least one check warns, none fails",
+    Level.FAIL: "FAIL: at least one check fails (a bad option is 2 as well)",
+}
 
 
 @dataclass(frozen=True)
@@ -136,6 +148,14 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
         place = database.EMBEDDED_PLACE if target.embedded else database.place(conn)
         findings.append(_guarded("server", lambda: _server(conn, place)))
         findings.append(_guarded("engine", lambda: _engine(conn)))
+        named: tuple[platforms.Platform, str] | None = None
+        if not target.embedded:
+            try:
+                named = platforms.identify(_reported(conn))
+                findings.append(_platform(named))
+            except (psycopg.Error, DatabaseError) as error:
+                findings.append(Finding("platform", Level.WARN,
+                                        f"could not check: {database.first_line(error)}"))
         can: dict[str, bool] | None = None
         try:
             found, can = _schema(conn, schema_name)
@@ -151,6 +171,10 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
         ]
         # The embedded server is on this host, direct, and alone: nothing more to see.
         if not target.embedded:
+            if named is not None and named[0].failover is not None:
+                platform = named[0]
+                checks.append(("failover", lambda: failover(platform, configured_ttls(),
+                                                            judged)))
             checks += [
                 ("pooling", lambda: _pooling(conn, conninfo, timeout, judged)),
                 ("replication", lambda: _replication(conn, judged)),
@@ -389,17 +413,98 @@ def _pooling(conn: psycopg.Connection[Any], conninfo: str, timeout: float,
     first just released (PgBouncer reuses the last one first), which a direct connection
     never does; and the first client's next statement may come from another session.
     """
+    changed = False
     with database.connect(conninfo, application_name="pglock doctor", timeout=timeout) as other:
         for _ in range(3):
             first = _pid(conn)
             if _pid(other) == first or _pid(conn) != first:
-                # A reader takes no lock: a pooler is no concern of its own.
-                return Finding("pooling", Level.OK if purpose is Purpose.READER else Level.WARN,
-                               "a transaction- or statement-pooling proxy (PgBouncer?) is in "
-                               "the path: advisory mode refuses to run here",
-                               "use --mode lease (the default) through it, or connect advisory "
-                               "jobs directly or through session pooling")
+                changed = True
+                break
+    name = platforms.pooler(conn.info.host, str(conn.info.port), changed)
+    if changed:
+        # A reader takes no lock: a pooler is no concern of its own.
+        return Finding("pooling", Level.OK if purpose is Purpose.READER else Level.WARN,
+                       f"{name} is in the path (one connection's server session changed "
+                       "between two transactions): advisory mode refuses to run here",
+                       "use --mode lease (the default) through it, or connect advisory "
+                       "jobs directly or through session pooling (docs/platforms.md)")
+    if name is not None:
+        return Finding("pooling", Level.OK, f"{name}: each connection keeps its own server "
+                       "session")
     return Finding("pooling", Level.OK, "each connection keeps its own server session")
+
+
+def _reported(conn: psycopg.Connection[Any]) -> platforms.Reported:
+    """What the server says of itself, for platforms.identify."""
+    row = conn.execute(platforms.REPORTED, {
+        "prefixes": [prefix + "%" for prefix in platforms.SETTING_PREFIXES],
+        "roles": list(platforms.ROLES)}).fetchone()
+    assert row is not None
+    settings, roles, aurora = row
+    version = None
+    if aurora:
+        answer = conn.execute(platforms.AURORA_VERSION).fetchone()
+        version = None if answer is None else str(answer[0])
+    return platforms.Reported(version, frozenset(settings), frozenset(roles))
+
+
+def _platform(found: tuple[platforms.Platform, str] | None) -> Finding:
+    if found is None:
+        return Finding("platform", Level.OK, "no managed service recognised (a server of "
+                       "your own, Patroni, or one doctor does not know: docs/platforms.md)")
+    platform, clues = found
+    failover = ("" if platform.failover is None
+                else f"; failovers take up to {platform.failover:g} s ({platform.source})")
+    return Finding("platform", Level.OK, f"{platform.name} ({clues}){failover}")
+
+
+def configured_ttls() -> dict[str, tuple[float, float]]:
+    """The ttl and kill-after each job of the jobs file runs with, and `run`'s own for
+    the jobs it does not list (PGLOCK_TTL, PGLOCK_KILL_AFTER, else the defaults)."""
+    import os
+
+    from pglock.run import flags, jobsfile
+    from pglock.settings.durations import parse_duration
+
+    def duration(value: object, variable: str, default: object) -> float:
+        return parse_duration(str(value if value is not None
+                                  else os.environ.get(variable) or default))
+
+    ttl = duration(None, "PGLOCK_TTL", flags.DEFAULTS["ttl"])
+    kill_after = duration(None, "PGLOCK_KILL_AFTER", flags.DEFAULTS["kill_after"])
+    ttls = {"": (ttl, kill_after)}
+    try:
+        _, jobs = jobsfile.every_job()
+    except PglockError:
+        return ttls
+    for job in jobs:
+        ttls[job.name] = (duration(job.values.get("ttl"), "PGLOCK_TTL", flags.DEFAULTS["ttl"]),
+                          duration(job.values.get("kill_after"), "PGLOCK_KILL_AFTER",
+                                   flags.DEFAULTS["kill_after"]))
+    return ttls
+
+
+def failover(platform: platforms.Platform, ttls: dict[str, tuple[float, float]],
+             purpose: Purpose) -> Finding:
+    """Whether the jobs' ttls ride out the platform's failover (docs/ttl.md's rule): each
+    job's (name -> ttl, kill-after; "" is run's own, for jobs the jobs file does not
+    list). A reader runs nothing: said, not warned."""
+    assert platform.failover is not None
+    short = {name: ttl for name, (ttl, kill_after) in ttls.items()
+             if heartbeat.rides_out(ttl, kill_after) < platform.failover}
+    if not short:
+        return Finding("failover", Level.OK, f"every ttl rides out a failover of "
+                       f"{platform.failover:g} s")
+    shown = ", ".join(f"{name or 'the default'} ({format_bound(ttl)})"
+                      for name, ttl in sorted(short.items()))
+    enough = heartbeat.ttl_for(platform.failover, ttls[""][1])
+    advice = (f"a ttl of at least {format_bound(enough)} for the jobs that must outlive a "
+              "failover (docs/ttl.md, docs/platforms.md; a longer ttl also keeps a dead "
+              "host's jobs locked longer)")
+    return Finding("failover", Level.OK if purpose is Purpose.READER else Level.WARN,
+                   f"{platform.name} fails over in up to {platform.failover:g} s; a running "
+                   f"command is stopped by a failover that long at the ttl of {shown}",
+                   advice)
 
 
 def _pid(conn: psycopg.Connection[Any]) -> int:

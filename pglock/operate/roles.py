@@ -43,6 +43,9 @@ RUN_FUNCTIONS = (
     "text, bytea, boolean, boolean, text, text, text, text)",
     "note(bigint, text, text)",
     "holds(text, text, bigint)",
+    # The fencing guard a command calls on its own connection (docs/lease.md, "Fencing").
+    "fence(text, text, bigint)",
+    "note_windows(text, text[])",
 )
 
 # The tables a reader reads whole (locks and seats: every column but holder_id).
@@ -67,6 +70,8 @@ GRANT USAGE ON SCHEMA {{schema}} TO {READER};
 """ + "".join(f"GRANT SELECT ON {{schema}}.{t} TO {READER};\n" for t in READ_TABLES) + f"""\
 GRANT SELECT ({LOCK_COLUMNS}) ON {{schema}}.locks TO {READER};
 GRANT SELECT ({SEAT_COLUMNS}) ON {{schema}}.seats TO {READER};
+-- The fencing guard, for a command whose own connection has only the reader's role.
+GRANT EXECUTE ON FUNCTION {{schema}}.fence(text, text, bigint) TO {READER};
 
 -- {OPERATOR}: a runner and a reader, plus the writes of clear, prune, pause, resume,
 -- stop, replay and forget.

@@ -193,6 +193,42 @@ class State(enum.StrEnum):
     IDLE = "idle"
 
 
+# What each state means to an operator, in State's order: the one source of the state
+# table in docs/operators.md and of every list of states in the docs and man pages
+# (scripts/doc_figures.py, `gen:state-table`, `gen:states`; a test holds `status --help`
+# to the same list).
+STATE_MEANINGS: dict[State, str] = {
+    State.DEAD: "a slot of its schedule spent its attempts (`--retries`) without success: "
+                "nobody runs it again unless an operator replays it (`pglock replay`) or a "
+                "later slot succeeds",
+    State.STALE: "its lock expired while its last run is still marked running: the holder "
+                 "vanished (crash, SIGKILL, host gone) or is cut off from the database. The "
+                 "next run of the job marks that run `abandoned`; `status` itself changes "
+                 "nothing, since a holder that is merely cut off may still be running its "
+                 "command",
+    State.FAILED: "nobody holds the lock and the last finished run did not succeed "
+                  "(`failed`, `timed_out`, `lock_lost`, `killed`, `abandoned`)",
+    State.OVERDUE: "a slot of its schedule passed more than its grace ago with no run started "
+                   "for it (see [schedules.md](schedules.md#overdue)): cron stopped starting "
+                   "it, every host skipped it, or a run that outlasts its interval is still "
+                   "holding the lock (then `HOLDER` shows it, and `clear` still works). "
+                   "`NEXT DUE` says how many slots were missed",
+    State.CLEARED: "`pglock clear` took the lock; others may take it when the lock-delay "
+                   "ends (`EXPIRES IN` shows `free in ...`)",
+    State.SLOW: "running past its `--expect-duration`'s MAX: nothing stops it "
+                "(`--max-runtime` does), but someone may want to look",
+    State.RUNNING: "a holder has the lock and its lease has not expired",
+    State.PAUSED: "an operator paused it (`pglock pause`): every host skips it; a run that "
+                  "was going when it was paused shows as `running` until it ends",
+    State.WINDOW: "inside one of its maintenance windows (`--window`): every trigger skips, "
+                  "and its slots are neither overdue nor missed",
+    State.HELD: "the command ended, but `--min-hold` keeps the lock taken until its expiry "
+                "(`EXPIRES IN` shows `held until HH:MM:SS (min-hold)`), so that a host whose "
+                "clock lags cannot rerun the same trigger; other hosts get 75 meanwhile",
+    State.IDLE: "nobody holds the lock; the last run (if any) succeeded",
+}
+
+
 class Weight(enum.Enum):
     """How `check` weighs a problem."""
 
@@ -595,6 +631,11 @@ def standing(expr: str | None, zone: str | None, grace: float | None,
     return _counted(expr, zone, grace, last_slot, next_slot, now, windows)
 
 
+# What an unknown zone's message names as its source: the zone came from the job's row,
+# recorded by its last run, not from an option of this command.
+RECORDED_ZONE = "the job's recorded zone"
+
+
 # Jobs of one read share the clock, and many share a schedule and the slots they
 # missed: after a fleet-wide outage, 10,000 overdue jobs cost a few distinct countings.
 @lru_cache(maxsize=1024)
@@ -605,7 +646,8 @@ def _counted(expr: str, zone: str | None, grace: float | None, last_slot: dateti
 
     try:
         # A run host whose zone had no name stored "localtime": read it as ours.
-        plan = schedule.parse(expr, None if zone == "localtime" else zone)
+        plan = schedule.parse(expr, None if zone == "localtime" else zone,
+                              zone_source=RECORDED_ZONE)
         parsed = _windows(windows, zone)
     except UsageError as error:
         return None, f"its schedule cannot be read here: {error}"
@@ -624,7 +666,8 @@ def _windows(windows: tuple[str, ...], zone: str | None) -> tuple[Any, ...]:
     from pglock.settings import schedule
 
     zone = None if zone == "localtime" else zone
-    return tuple(schedule.parse_window(text, zone) for text in windows)
+    return tuple(schedule.parse_window(text, zone, zone_source=RECORDED_ZONE)
+                 for text in windows)
 
 
 def in_window(windows: tuple[str, ...], zone: str | None, now: datetime) -> datetime | None:

@@ -111,6 +111,7 @@ ENVIRONMENT: dict[str, str] = {
     'grace': 'PGLOCK_GRACE',
     'catch_up': 'PGLOCK_CATCH_UP',
     'catch_up_limit': 'PGLOCK_CATCH_UP_LIMIT',
+    'window': 'PGLOCK_WINDOW',
     'output_tail': 'PGLOCK_OUTPUT_TAIL',
     'output_on_failure': 'PGLOCK_OUTPUT_ON_FAILURE',
     'leave_descendants': 'PGLOCK_LEAVE_DESCENDANTS',

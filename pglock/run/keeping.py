@@ -23,7 +23,8 @@ def renewer(session: Reconnecting, claim: lease.Claim) -> Renewer:
     advisory session lock (with its row) on the session."""
     if claim.mode == "advisory":
         return advisory.AdvisoryRenewer(claim, session)
-    return LeaseRenewer(claim, lambda: session.connect(claim.ttl / 3, claim.ttl / 3))
+    # One attempt per renewal: the heartbeat's own 1 s cadence is the retry (docs/ttl.md).
+    return LeaseRenewer(claim, lambda: session.connect(claim.ttl / 3, claim.ttl / 3, once=True))
 
 
 def horizon(claim: lease.Claim) -> float:

@@ -71,7 +71,7 @@ def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: R
         nonlocal outcome
         outcome = Recorded(outcome.result, outcome.finished, failure, None)
 
-    _bounded(session, attempt, failed, deadline, patience + _CANCELLED)
+    _bounded(session, attempt, failed, deadline, patience + CANCELLED)
     return outcome
 
 
@@ -84,13 +84,13 @@ def add_note(session: Reconnecting, claim: lease.Claim, run_id: int, note: str) 
     def failed(failure: str) -> None:
         log.info("job %r: the note of run %d was not recorded: %s", claim.job, run_id, failure)
 
-    _bounded(session, attempt, failed, clock.now(), session.timeout + _CANCELLED)
+    _bounded(session, attempt, failed, clock.now(), session.timeout + CANCELLED)
 
 
 # How long past its bound a statement may take to be cancelled and answer (or have its
 # connection closed): the writer thread is waited for that much longer, so that no
 # statement of ours is left waiting on the server when pglock exits.
-_CANCELLED = 2 * bounded.CANCEL_WAIT + 1.0
+CANCELLED = 2 * bounded.CANCEL_WAIT + 1.0
 
 
 @contextlib.contextmanager

@@ -41,6 +41,10 @@ if TYPE_CHECKING:
 
 log = logging.getLogger(__name__)
 
+# How long a trigger skipped inside a --window spends on recording the windows: its one
+# connection attempt (libpq's shortest connect_timeout) and its one statement each.
+WINDOW_NOTE_TIMEOUT = 2.0
+
 
 def execute(options: RunOptions, conninfo: str) -> int:
     """Run the command under the job's lock; pglock's exit code."""
@@ -287,8 +291,8 @@ class Slot:
             else lambda: claim.held_by or lease.holder_of(conn, claim)))
 
     def in_window(self) -> bool:
-        """Whether this trigger falls in one of the job's --window: then it skips, without
-        a connection (event `skipped`, reason `window`)."""
+        """Whether this trigger falls in one of the job's --window: then it skips (event
+        `skipped`, reason `window`), after one bounded try to record the windows."""
         from pglock.settings import schedule
 
         until = schedule.window_end(self.options.parsed_windows(), datetime.now(UTC))
@@ -296,8 +300,22 @@ class Slot:
             return False
         log.debug("job %r: skipped: in a maintenance window until %s", self.claim.job,
                   until.isoformat())
+        self._note_windows()
         self.notifier.skipped("window", until=until)
         return True
+
+    def _note_windows(self) -> None:
+        """Tell the database the job's windows, so that a window added while inside it is
+        no overdue in status and check from its first trigger (issue 38). One connection
+        attempt and one statement, each bounded: the database may be down for the very
+        maintenance; a failure is said with -v only, and the trigger skips all the same."""
+        try:
+            with self.session.connect(WINDOW_NOTE_TIMEOUT, once=True) as conn:
+                lease.note_windows(conn, self.claim)
+        except (psycopg.Error, PglockError) as error:
+            log.info("job %r: the window could not be recorded (%s); status may call its "
+                     "slots overdue until a run records it", self.claim.job,
+                     database.first_line(error))
 
     def catch_up(self) -> int:
         """--catch-up: the missed slots (all, or the newest), oldest first under this lock,

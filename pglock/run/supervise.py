@@ -164,7 +164,10 @@ class Supervision:
         if self.lost is None and (self.heartbeat.lost_reason or now >= self.heartbeat.lost_at()):
             self.lost = self.heartbeat.lost_reason or "no renewal succeeded in time"
             if self.on_lost == "kill":
-                self._stop(now, self.heartbeat.grace)
+                # The SIGKILL is due a grace after the deadline, not after we noticed: a
+                # host thawed past it (its lock may be another's by now) kills at once.
+                due = self.heartbeat.lost_at() + self.heartbeat.grace
+                self._stop(now, max(0.0, min(self.heartbeat.grace, due - now)))
                 if self.on_terminated is not None and self.kill_at is not None:
                     self.on_terminated(self.kill_at)
         if self.stopped is None and self.heartbeat.stop_requested is not None:

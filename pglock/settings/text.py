@@ -28,3 +28,8 @@ def escaped(text: str) -> str:
 def has_control(text: str) -> bool:
     """Whether `text` holds a C0 or C1 control character (DEL included)."""
     return any(ord(c) < 32 or 127 <= ord(c) < 160 for c in text)
+
+
+# Between the windows of PGLOCK_WINDOW: a window itself holds spaces (cron fields and a
+# duration), so not click's default whitespace.
+WINDOW_SEPARATOR = ";"

@@ -1,7 +1,9 @@
-"""Through PgBouncer in transaction pooling: lease mode works, advisory mode refuses."""
+"""Through PgBouncer in transaction pooling: lease mode works, advisory mode refuses (the
+fixtures start one in either pooling mode; doctor's tests use both)."""
 
 from __future__ import annotations
 
+import contextlib
 import os
 import pwd
 import shutil
@@ -35,7 +37,7 @@ listen_port = {port}
 unix_socket_dir =
 auth_type = trust
 auth_file = {dir}/users.txt
-pool_mode = transaction
+pool_mode = {mode}
 max_client_conn = 500
 default_pool_size = 10
 ignore_startup_parameters = extra_float_digits
@@ -44,10 +46,10 @@ pidfile = {dir}/pgbouncer.pid
 """
 
 
-@pytest.fixture(scope="module")
-def bouncer(pg_server: EmbeddedServer | None, tmp_path_factory: pytest.TempPathFactory
-            ) -> Iterator[str]:
-    """A PgBouncer in transaction pooling in front of the test server; its DSN."""
+@contextlib.contextmanager
+def pgbouncer(pg_server: EmbeddedServer | None, tmp_path_factory: pytest.TempPathFactory,
+              mode: str) -> Iterator[str]:
+    """A PgBouncer in `mode` pooling in front of the test server; its DSN."""
     if pg_server is None:
         pytest.skip("PgBouncer tests need the embedded test server (PGLOCK_TEST_DSN is set)")
     assert PGBOUNCER is not None
@@ -56,7 +58,7 @@ def bouncer(pg_server: EmbeddedServer | None, tmp_path_factory: pytest.TempPathF
     port = free_port()
     (directory / "users.txt").write_text('"postgres" ""\n')
     (directory / "pgbouncer.ini").write_text(
-        CONFIG.format(socket_dir=socket_dir, port=port, dir=directory))
+        CONFIG.format(socket_dir=socket_dir, port=port, dir=directory, mode=mode))
     command = [PGBOUNCER, str(directory / "pgbouncer.ini")]
     if os.geteuid() == 0:
         # PgBouncer refuses to run as root; the server's own user may reach its socket.
@@ -68,17 +70,35 @@ def bouncer(pg_server: EmbeddedServer | None, tmp_path_factory: pytest.TempPathF
     process = subprocess.Popen(command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     dsn = f"host=127.0.0.1 port={port} dbname=postgres user=postgres"
     deadline = time.monotonic() + 20
-    while True:
-        try:
-            psycopg.connect(dsn, connect_timeout=2).close()
-            break
-        except psycopg.OperationalError:
-            if time.monotonic() > deadline or process.poll() is not None:
-                raise AssertionError((directory / "pgbouncer.log").read_text()) from None
-            time.sleep(0.1)
-    yield dsn
-    process.terminate()
-    process.wait(timeout=10)
+    try:
+        while True:
+            try:
+                psycopg.connect(dsn, connect_timeout=2).close()
+                break
+            except psycopg.OperationalError:
+                if time.monotonic() > deadline or process.poll() is not None:
+                    raise AssertionError((directory / "pgbouncer.log").read_text()) from None
+                time.sleep(0.1)
+        yield dsn
+    finally:
+        process.terminate()
+        process.wait(timeout=10)
+
+
+@pytest.fixture(scope="module")
+def bouncer(pg_server: EmbeddedServer | None, tmp_path_factory: pytest.TempPathFactory
+            ) -> Iterator[str]:
+    """A PgBouncer in transaction pooling in front of the test server; its DSN."""
+    with pgbouncer(pg_server, tmp_path_factory, "transaction") as dsn:
+        yield dsn
+
+
+@pytest.fixture(scope="module")
+def session_bouncer(pg_server: EmbeddedServer | None, tmp_path_factory: pytest.TempPathFactory
+                    ) -> Iterator[str]:
+    """A PgBouncer in session pooling in front of the test server; its DSN."""
+    with pgbouncer(pg_server, tmp_path_factory, "session") as dsn:
+        yield dsn
 
 
 def test_lease_mode_excludes_through_transaction_pooling(env: Env, bouncer: str) -> None:

@@ -13,7 +13,7 @@ from typing import Any
 
 import pytest
 from conftest import PGLOCK, Env, one_line
-from db.test_pgbouncer import PGBOUNCER, bouncer  # noqa: F401 (a fixture)
+from db.test_pgbouncer import PGBOUNCER, bouncer, session_bouncer  # noqa: F401 (fixtures)
 from replication import Pair
 
 from operate.test_roles import roles  # noqa: F401 (a fixture)
@@ -54,8 +54,8 @@ def test_a_healthy_setup_is_all_ok(env: Env, sync_pair: Pair) -> None:
     lines = result.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["OK"] * len(lines)
     assert [line.split()[1] for line in lines] == [
-        "database", "password", "server", "engine", "schema", "terminate", "timeouts", "commit",
-        "connections", "pooling", "replication", "clock"]
+        "database", "password", "server", "engine", "platform", "schema", "terminate",
+        "timeouts", "commit", "connections", "pooling", "replication", "clock"]
     assert "1 standby(s), 1 synchronous" in result.stdout
 
 
@@ -171,6 +171,28 @@ def test_transaction_pooling_warns_for_advisory_mode(env: Env, bouncer: str) -> 
     assert direct["pooling"]["status"] == "ok"
 
 
+@pytest.mark.slow
+@pytest.mark.skipif(PGBOUNCER is None, reason="pgbouncer is not installed")
+def test_doctor_names_the_pooler_in_both_pgbouncer_modes(
+        env: Env, bouncer: str, session_bouncer: str) -> None:  # noqa: F811
+    """Issue 38: the pooler is seen as one connection's server session changing between
+    two transactions (transaction pooling); session pooling changes nothing for pglock."""
+    _, pooled = doctor(env, "--dsn", bouncer)
+    assert pooled["pooling"]["status"] == "warn"
+    assert pooled["pooling"]["detail"].startswith(
+        "a transaction- or statement-pooling proxy (PgBouncer, pgcat, PgDog, ...) is in the "
+        "path (one connection's server session changed between two transactions)")
+    _, session = doctor(env, "--dsn", session_bouncer)
+    assert session["pooling"] == {
+        "check": "pooling", "status": "ok",
+        "detail": "each connection keeps its own server session", "advice": None}
+    # The test server is PostgreSQL of its own: no vendor's roles or settings.
+    for found in (pooled, session):
+        assert found["platform"]["status"] == "ok"
+        assert found["platform"]["detail"].startswith("no managed service recognised")
+        assert "failover" not in found
+
+
 @pytest.mark.skipif(FAKETIME is None, reason="faketime is not installed (.ci/run installs it)")
 def test_a_skewed_host_clock_warns(env: Env) -> None:
     _, found = doctor(env)
@@ -198,3 +220,20 @@ def test_an_unparseable_dsn_is_a_failed_check(env: Env) -> None:
 def test_bad_options_are_usage_errors(capsys: pytest.CaptureFixture[str]) -> None:
     assert cli.main(["doctor", "--connect-timeout", "soon"]) == 2
     assert "--connect-timeout" in one_line(capsys.readouterr().err)
+
+
+def test_a_platforms_role_names_it_and_its_failover_is_held_against_the_ttl(
+        env: Env) -> None:
+    """Issue 38, end to end: a server with RDS's rds_superuser role (made here: the test
+    server is this session's own) is named RDS, and the default ttl is told it does not
+    ride out an RDS Multi-AZ failover."""
+    env.query("CREATE ROLE rds_superuser NOLOGIN")
+    try:
+        _, found = doctor(env, env_vars={"PGLOCK_TTL": ""})
+    finally:
+        env.query("DROP ROLE rds_superuser")
+    assert found["platform"]["detail"].startswith(
+        "Amazon RDS for PostgreSQL (the rds_superuser role); failovers take up to 120 s")
+    assert found["failover"]["status"] == "warn"
+    assert "at the ttl of the default (1m)" in found["failover"]["detail"]
+    assert found["failover"]["advice"].startswith("a ttl of at least 235s ")

@@ -8,6 +8,7 @@ import json
 import re
 import signal
 import subprocess
+import sys
 from collections.abc import Iterator
 
 import psycopg
@@ -230,14 +231,52 @@ def test_the_run_path_is_only_functions_and_public_cannot_call_them(env: Env) ->
         "SELECT p.proname, p.prosecdef, p.proconfig, "
         "has_function_privilege('public', p.oid, 'EXECUTE') "
         "FROM pg_proc p WHERE p.pronamespace = %s::regnamespace ORDER BY 1", (env.schema,))
-    assert [r[0] for r in rows] == ["acquire", "advisory_key", "catch_up", "finish", "holds",
-                                    "incarnation", "note", "record_start", "release", "renew",
-                                    "retake", "session_holds", "start_run"]
+    assert [r[0] for r in rows] == ["acquire", "advisory_key", "catch_up", "fence", "finish",
+                                    "holds", "incarnation", "note", "note_windows",
+                                    "record_start", "release", "renew", "retake",
+                                    "session_holds", "start_run"]
     for name, definer, config, public in rows:
         assert config == ["search_path=pg_catalog, pg_temp"], name
         assert not public, name
         assert definer == (name not in ("advisory_key", "session_holds", "record_start",
                                         "incarnation")), name
+
+
+# The command's side of docs/lease.md's fencing guard, on a connection of the role given
+# in argv[1]: the guard for its own claim, and a wrong token; then, with the guard's
+# transaction still open, the owner's UPDATE of the row (a takeover, a clear) must wait.
+FENCED = """
+import os, sys, psycopg
+from psycopg import sql
+dsn, owner, schema = sys.argv[1:]
+job, holder, token = (os.environ[f"PGLOCK_{name}"] for name in ("JOB", "HOLDER_ID",
+                                                                 "FENCING_TOKEN"))
+guard = sql.SQL("SELECT {}.fence(%s, %s, %s)").format(sql.Identifier(schema))
+with psycopg.connect(dsn) as conn:
+    wrong = conn.execute(guard, (job, holder, int(token) + 1)).fetchone()[0]
+    ours = conn.execute(guard, (job, holder, int(token))).fetchone()[0]
+    with psycopg.connect(owner, autocommit=True) as other:
+        other.execute("SET lock_timeout = '300ms'")
+        try:
+            other.execute(sql.SQL("UPDATE {}.locks SET renewed_at = renewed_at WHERE job = %s")
+                          .format(sql.Identifier(schema)), (job,))
+            waited = False
+        except psycopg.errors.LockNotAvailable:
+            waited = True
+print(wrong, ours, waited)
+"""
+
+
+@pytest.mark.parametrize("kind", ["runner", "reader"])
+def test_the_fencing_guard_works_for_the_least_privileged_roles(
+        env: Env, roles: dict[str, str], kind: str) -> None:
+    """docs/lease.md's guard, as a command whose own connection has only pglock_runner's or
+    pglock_reader's privileges (issue 38: its SELECT ... FOR SHARE needed UPDATE on locks:
+    `permission denied for table locks`)."""
+    ran = env.run("run", "--job", "fenced", "--rerun", "--", sys.executable, "-c", FENCED,
+                  roles[kind], env.dsn, env.schema)
+    assert (ran.returncode, ran.stderr) == (0, ""), ran
+    assert ran.stdout == "False True True\n"
 
 
 def test_the_advisory_key_in_sql_is_the_documented_one(env: Env) -> None:

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import json
 import subprocess
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 
 import pytest
@@ -135,6 +135,36 @@ def test_status_shows_a_job_in_its_window_and_check_stays_quiet(env: Env) -> Non
     assert f"in window until {(start + 2) % 24:02d}:00" in status.stdout
     check = env.run("check", "--job", "maint")
     assert check.returncode == 0, check.stdout
+
+
+def test_a_window_added_while_inside_it_is_known_from_its_first_trigger(env: Env) -> None:
+    """Issue 38: skips inside a window never reached the database, so a window added
+    during an incident paged (`overdue: 1 slot missed`) until a run after it recorded it."""
+    now = datetime.now(UTC)
+    earlier = now - timedelta(hours=1)
+    minutely = ("run", "--job", "added", "--schedule", "* * * * *", "--tz", "UTC")
+    assert done(at(env, earlier.strftime("%Y-%m-%d %H:%M:%S"), *minutely, "--",
+                   "true")) == (0, "", "")
+    # Its slots since are missed: the job is overdue, as it should be without a window.
+    assert env.run("check", "--job", "added").returncode != 0
+    start = (now.hour - 1) % 24
+    skipped = env.run(*minutely, "--window", f"0 {start} * * * 2h", "--", "true")
+    assert (skipped.returncode, skipped.stderr) == (75, "")
+    assert len(env.runs("added")) == 1
+    check = env.run("check", "--job", "added")
+    assert check.returncode == 0, check.stdout
+    status = env.run("status", "--job", "added")
+    assert f"in window until {(start + 2) % 24:02d}:00" in status.stdout, status.stdout
+
+
+def test_a_trigger_in_a_window_skips_when_the_database_is_unreachable(env: Env) -> None:
+    """Recording the window is one bounded try: the trigger skips all the same."""
+    now = datetime.now(UTC)
+    dead = "host=127.0.0.1 port=9 dbname=x user=x"
+    skipped = env.run("run", "--dsn", dead, "--job", "unreachable", "--schedule",
+                      "* * * * *", "--tz", "UTC", "--window",
+                      f"0 {(now.hour - 1) % 24} * * * 2h", "--", "true")
+    assert (skipped.returncode, skipped.stdout, skipped.stderr) == (75, "", "")
 
 
 def test_a_long_run_that_skips_two_slots_is_seen_everywhere(env: Env) -> None:

@@ -232,3 +232,39 @@ def test_stopped_wrapper_cannot_outlive_its_lease(env: Env) -> None:
     assert len(own) == 1 and "lock lost" in own[0], stderr
     first, second = env.runs("frozen-wrapper")
     assert (first["outcome"], second["outcome"]) == ("lock_lost", "succeeded")
+
+
+@pytest.mark.slow
+def test_a_thawed_host_kills_its_command_at_once(env: Env) -> None:
+    """pglock and its command frozen (a paused VM) past the deadline and the grace after
+    it: on the thaw the command that ignores SIGTERM is killed at once, not a grace later
+    (issue 38; docs/ttl.md, "A frozen host")."""
+    ticks = env.tmp / "ticks"
+    ready = env.tmp / "ready"
+    # ttl 12s: SIGTERM 7.8 s after the last renewal (renewed every 4 s), SIGKILL a grace
+    # of 3 s later; a 12 s freeze passes both whenever the last renewal was.
+    holder = env.popen("run", "--job", "thawed", "--ttl", "12s", "--",
+                       "sh", "-c", f"trap '' TERM; touch {ready}; "
+                       f"while :; do date +%s%N >> {ticks}; sleep 0.05; done")
+    children = Path(f"/proc/{holder.pid}/task/{holder.pid}/children")
+    env.wait_for(lambda: ready.exists() and len(children.read_text().split()) >= 2,
+                 what="the command and the watchdog")
+    # pglock and its watchdog share the test's process group: each is stopped by its pid;
+    # the command's own group as a whole (its sleep too).
+    pids = [holder.pid, *map(int, children.read_text().split())]
+    targets = [(os.kill, pid) if os.getpgid(pid) == os.getpgrp() else (os.killpg, os.getpgid(pid))
+               for pid in pids]
+    for send, target in targets:
+        send(target, signal.SIGSTOP)
+    try:
+        time.sleep(12)
+    finally:
+        thawed_at = time.time_ns()
+        for send, target in targets:
+            with contextlib.suppress(ProcessLookupError):
+                send(target, signal.SIGCONT)
+    _, stderr = holder.communicate(timeout=30)
+    assert holder.returncode == 125, stderr
+    last_tick = int(ticks.read_text().split()[-1])
+    # The grace is 3 s; at once means well under it (the margin is for a loaded machine).
+    assert (last_tick - thawed_at) / 1e9 < 1.5

@@ -759,6 +759,42 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
                      AND released_at IS NULL AND expires_at > clock_timestamp())
 $$;
 
+-- note_windows: the job's --window list, recorded by a trigger that skips inside one (as
+-- acquire records it for a trigger that runs), so that status and check know a window
+-- from its first trigger, even one added while inside it. Writes only on a change.
+CREATE OR REPLACE FUNCTION {schema}.note_windows(p_job text, p_windows text[])
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    UPDATE {schema}.jobs SET windows = p_windows
+    WHERE job = p_job AND windows IS DISTINCT FROM p_windows;
+$$;
+
+-- fence: the fencing guard of a command that writes to this database (docs/lease.md,
+-- "Fencing"), run first in its own transaction: whether its claim (the holder id and
+-- token in its environment) still holds the job's lock or a seat, the row then
+-- share-locked until that transaction ends, so a takeover, a clear (and the holder's own
+-- renewal) waits for the command's writes to commit. FOR SHARE needs UPDATE on the
+-- table, which pglock_runner and pglock_reader lack: hence a function, SECURITY DEFINER.
+CREATE OR REPLACE FUNCTION {schema}.fence(
+    p_job text, p_holder_id text, p_fencing_token bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM 1 FROM {schema}.locks
+    WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp()
+    FOR SHARE;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    PERFORM 1 FROM {schema}.seats
+    WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp()
+    FOR SHARE;
+    RETURN FOUND;
+END
+$$;
+
 -- Functions are executable by PUBLIC by default: none of these is. (Run on every upgrade:
 -- revoking what is already revoked changes nothing, and a function this file creates
 -- anew is covered.)
@@ -778,5 +814,7 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
     {schema}.finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer,
                     text, text, bytea, boolean, boolean, text, text, text, text),
     {schema}.note(bigint, text, text),
-    {schema}.holds(text, text, bigint)
+    {schema}.holds(text, text, bigint),
+    {schema}.fence(text, text, bigint),
+    {schema}.note_windows(text, text[])
 FROM PUBLIC;

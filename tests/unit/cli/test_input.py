@@ -65,9 +65,10 @@ def test_an_empty_dsn_is_an_error_not_the_embedded_server(how: str, value: str) 
                                        "config file, libpq's variables or the embedded server\n")
 
 
-@pytest.mark.parametrize("name", ["PGLOCK_TZ", "PGLOCK_DEADLINE", "PGLOCK_GRACE"])
+@pytest.mark.parametrize("name", ["PGLOCK_TZ", "PGLOCK_DEADLINE", "PGLOCK_GRACE",
+                                  "PGLOCK_WINDOW"])
 def test_schedule_variables_are_ignored_without_a_schedule(name: str) -> None:
-    value = "UTC" if name == "PGLOCK_TZ" else "5m"
+    value = {"PGLOCK_TZ": "UTC", "PGLOCK_WINDOW": "* * * * * 1h"}.get(name, "5m")
     called = invoke(*RUN, "--dsn", UNREACHABLE, "--", "true", env={name: value})
     # Past option checking, to the database: the variable did not make it a usage error.
     assert called.code == 125 and "cannot connect" in called.stderr
@@ -78,6 +79,16 @@ def test_schedule_variables_are_ignored_without_a_schedule(name: str) -> None:
 def test_schedule_options_still_need_a_schedule(option: str, value: str) -> None:
     called = invoke(*RUN, "--dsn", UNREACHABLE, option, value, "--", "true")
     assert (called.code, called.stderr) == (2, f"pglock: {option} needs --schedule\n")
+
+
+@pytest.mark.parametrize("windows", ["* * * * * 1h", "0 3 1 1 * 1m; * * * * * 1h"])
+def test_a_window_from_the_environment_skips_the_trigger(windows: str) -> None:
+    """PGLOCK_WINDOW is read as --window (issue 38: it was ignored, and a crontab-wide
+    window let every job run through the maintenance); ';' separates several."""
+    called = invoke(*RUN, "--dsn", UNREACHABLE, "--schedule", "* * * * *", "--tz", "UTC",
+                    "--", "true", env={"PGLOCK_WINDOW": windows})
+    # Inside the window: skipped before any connection (the DSN leads nowhere).
+    assert (called.code, called.stderr) == (75, "")
 
 
 def test_schedule_variables_apply_with_a_schedule() -> None:

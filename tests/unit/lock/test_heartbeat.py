@@ -88,3 +88,11 @@ def test_the_start_deadline_is_the_horizon_less_the_margin(sent: float, horizon:
     assert heartbeat.start_deadline(sent, horizon) == deadline
     # At least a second of the lock is left for the fork and the watchdog's start.
     assert sent + horizon - heartbeat.start_deadline(sent, horizon) >= heartbeat.MIN_MARGIN
+
+
+@pytest.mark.parametrize(("outage", "ttl"), [(10, 35), (45, 100), (60, 130), (120, 235)])
+def test_the_ttl_for_an_outage_is_the_shortest_that_rides_it_out(outage: float,
+                                                                 ttl: float) -> None:
+    # ha.md's Patroni rule gives 100 s for a 45 s failover; RDS Multi-AZ's 120 s needs 235 s.
+    assert heartbeat.ttl_for(outage, 10) == ttl
+    assert heartbeat.rides_out(ttl, 10) >= outage > heartbeat.rides_out(ttl - 5, 10)

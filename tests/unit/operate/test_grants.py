@@ -59,8 +59,10 @@ def test_each_role_is_granted_what_it_needs_and_no_more() -> None:
                                                        "GRANT SELECT ")) for line in runner)
     assert not any(re.search(r"INSERT|UPDATE|DELETE|holder_id", line) for line in runner)
     reader = [line for line in lines if line.endswith(" TO pglock_reader;")]
+    # The reader executes one function: the fencing guard (docs/lease.md, "Fencing").
     assert not any(re.search(r"INSERT|UPDATE|DELETE|EXECUTE|holder_id", line)
-                   for line in reader)
+                   for line in reader if ".fence(text, text, bigint)" not in line)
+    assert sum(" EXECUTE " in line for line in reader) == 1
     assert 'GRANT "pglock_runner" TO "web1";' in lines
     assert 'GRANT "pglock_operator" TO "o""p";' in lines
     assert "CREATE ROLE \"pglock_reader\" NOLOGIN;" in text

@@ -160,3 +160,18 @@ def test_a_running_run_its_holder_noted_slow_is_slow_until_its_holder_vanishes()
     # Started 3 minutes ago (the factory's last_started_at): a minute past its 2m.
     assert built.slow_for == 60.0 and built.running_since == NOW - timedelta(minutes=3)
     assert job(lock=held, run_open=True).slow_for is None
+
+
+def test_an_unknown_recorded_zone_names_the_job_not_an_option() -> None:
+    """Issue 38: the message named --tz, which the reader of `check` never gave."""
+    from datetime import UTC, datetime
+
+    from pglock.reports import jobs as model
+
+    now = datetime(2026, 11, 26, 12, 0, tzinfo=UTC)
+    due, note = model._counted("* * * * *", "Mars/Olympus", None,
+                               datetime(2026, 11, 26, 11, 0, tzinfo=UTC), None, now)
+    assert due is None
+    assert note == ("its schedule cannot be read here: the job's recorded zone: "
+                    "'Mars/Olympus' is not a known time zone (examples: UTC, Europe/Berlin, "
+                    "America/New_York)")

@@ -1,0 +1,126 @@
+"""Where the database lives: the managed service or cluster manager, and the pooler in
+front of it, named from what the server and the DSN report (doctor's `platform`,
+`failover` and `pooling` checks; docs/platforms.md has a row for each).
+
+The naming is a pure function of what was reported, so that each platform's documented
+values can be tested without the platform: the settings a vendor's build defines
+(`rds.*`, `cloudsql.*`, `azure.*`, `neon.*`, Supabase's `supautils.*`), the roles it
+creates (`rds_superuser`, `cloudsqlsuperuser`, `azure_pg_admin`, `neon_superuser`,
+`supabase_admin`, CloudNativePG's `streaming_replica`, Crunchy's `_crunchyrepl`), Aurora's
+`aurora_version()`, and for the pooler the DSN's host and port and whether one
+connection's server session changed between two transactions.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+
+@dataclass(frozen=True)
+class Platform:
+    """A managed service or cluster manager, and how long its failovers take."""
+
+    name: str
+    # The longest failover its vendor or its users report, in seconds (None: no figure
+    # to hold a ttl against), and where that figure comes from.
+    failover: float | None
+    source: str
+
+
+AURORA = Platform("Amazon Aurora PostgreSQL", 60.0,
+                  "30-60 s observed for a failover, plus the clients' DNS cache")
+RDS = Platform("Amazon RDS for PostgreSQL", 120.0,
+               "Multi-AZ DB instance: typically 60-120 s (AWS); a Multi-AZ DB cluster "
+               "fails over faster")
+CLOUD_SQL = Platform("Google Cloud SQL for PostgreSQL", 120.0,
+                     "HA instance: about 60 s to detect the failure, then the standby's "
+                     "promotion (summaries quote 60-120 s)")
+AZURE = Platform("Azure Database for PostgreSQL flexible server", 120.0,
+                 "zone-redundant or same-zone HA: 60-120 s of downtime (Microsoft)")
+NEON = Platform("Neon", 120.0,
+                "a Postgres crash or VM failure: seconds; a node failure: 1-2 min (Neon)")
+SUPABASE = Platform("Supabase", None,
+                    "no standby to fail over to unless a replica is promoted by hand")
+CLOUDNATIVEPG = Platform("CloudNativePG", 10.0,
+                         "the primary's service switched within 10 s (CloudNativePG's "
+                         "end-to-end tests); failoverDelay adds to it")
+CRUNCHY = Platform("Crunchy Postgres for Kubernetes (Patroni)", 100.0,
+                   "Patroni's defaults (ttl 30 s, loop_wait 10 s): up to about 100 s "
+                   "(docs/ha.md)")
+
+# Settings whose names a vendor's build defines, by prefix; the roles it creates.
+SETTING_PREFIXES = ("rds.", "cloudsql.", "azure.", "neon.", "supautils.")
+ROLES = ("rds_superuser", "rdsadmin", "cloudsqlsuperuser", "azure_pg_admin", "azuresu",
+         "neon_superuser", "supabase_admin", "streaming_replica", "_crunchyrepl")
+
+
+@dataclass(frozen=True)
+class Reported:
+    """What the server says of itself (REPORTED's answer)."""
+
+    # aurora_version()'s answer; None where the function does not exist.
+    aurora_version: str | None = None
+    # The names of the settings with one of SETTING_PREFIXES, and of the ROLES present.
+    settings: frozenset[str] = field(default_factory=frozenset)
+    roles: frozenset[str] = field(default_factory=frozenset)
+
+    def prefixed(self, prefix: str) -> bool:
+        return any(name.startswith(prefix) for name in self.settings)
+
+
+# One statement: the vendor's settings and roles, and whether aurora_version() exists
+# (asked for only where it does: elsewhere calling it is an error).
+REPORTED = """
+SELECT array(SELECT name FROM pg_settings WHERE name LIKE ANY(%(prefixes)s) ORDER BY 1),
+       array(SELECT rolname::text FROM pg_roles WHERE rolname = ANY(%(roles)s) ORDER BY 1),
+       to_regproc('aurora_version') IS NOT NULL
+"""
+AURORA_VERSION = "SELECT aurora_version()"
+
+
+def identify(reported: Reported) -> tuple[Platform, str] | None:
+    """The platform, and what gave it away; None: nothing a vendor leaves behind (a
+    self-run server, Patroni, or a platform doctor does not know)."""
+    if reported.aurora_version is not None:
+        # Aurora has RDS's settings and roles too: its own function comes first.
+        return AURORA, f"aurora_version() = {reported.aurora_version}"
+    if "rds_superuser" in reported.roles or reported.prefixed("rds."):
+        return RDS, _clues(reported, "rds.", ("rds_superuser", "rdsadmin"))
+    if "cloudsqlsuperuser" in reported.roles or reported.prefixed("cloudsql."):
+        return CLOUD_SQL, _clues(reported, "cloudsql.", ("cloudsqlsuperuser",))
+    if "azure_pg_admin" in reported.roles or reported.prefixed("azure."):
+        return AZURE, _clues(reported, "azure.", ("azure_pg_admin", "azuresu"))
+    if "neon_superuser" in reported.roles or reported.prefixed("neon."):
+        return NEON, _clues(reported, "neon.", ("neon_superuser",))
+    if "supabase_admin" in reported.roles or reported.prefixed("supautils."):
+        return SUPABASE, _clues(reported, "supautils.", ("supabase_admin",))
+    if "_crunchyrepl" in reported.roles:
+        return CRUNCHY, "the _crunchyrepl role"
+    if "streaming_replica" in reported.roles:
+        return CLOUDNATIVEPG, "the streaming_replica role"
+    return None
+
+
+def _clues(reported: Reported, prefix: str, roles: tuple[str, ...]) -> str:
+    found = [f"the {role} role" for role in roles if role in reported.roles]
+    if reported.prefixed(prefix):
+        found.append(f"{prefix}* settings")
+    return " and ".join(found)
+
+
+def pooler(host: str | None, port: str | None, session_changed: bool) -> str | None:
+    """The pooler in front of the server, named when the DSN's host or port says which;
+    `session_changed`: one connection's server session changed between two transactions
+    (transaction or statement pooling). None: no pooler seen (a direct connection, or
+    session pooling, which changes nothing for pglock)."""
+    host = (host or "").lower()
+    if ".proxy-" in host and host.endswith(".rds.amazonaws.com"):
+        return "RDS Proxy (it pins a session that takes an advisory lock to one backend)"
+    if "-pooler." in host and host.endswith(".neon.tech"):
+        return "Neon's pooler (PgBouncer, transaction mode)"
+    if host.endswith(".pooler.supabase.com"):
+        mode = "transaction" if port == "6543" else "session"
+        return f"Supabase's pooler (Supavisor, {mode} mode)"
+    if session_changed:
+        return "a transaction- or statement-pooling proxy (PgBouncer, pgcat, PgDog, ...)"
+    return None
