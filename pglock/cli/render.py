@@ -298,7 +298,8 @@ def _refreshed(build: Callable[[], Screen], good: Screen) -> tuple[Screen, Scree
 
 
 def header(command: str, place: str, schema: str, now: datetime) -> str:
-    return f"pglock {command}: {place}, schema {schema}, at {when(now, zone=True)}"
+    return (f"pglock {command}: {escaped(place)}, schema {escaped(schema)}, "
+            f"at {when(now, zone=True)}")
 
 
 def when(moment: datetime | None, *, zone: bool = False) -> str:
