@@ -316,9 +316,14 @@ def init(
     if print_grants:
         from pglock.operate import roles
 
-        for name in (n for names in members.values() for n in names):
-            if not name or len(name.encode()) > 63 or "\x00" in name:
-                raise UsageError(f"role name {name!r}: 1-63 bytes")
+        for group, names in members.items():
+            for name in names:
+                if not name or len(name.encode()) > 63 or "\x00" in name:
+                    raise UsageError(f"role name {name!r}: 1-63 bytes")
+                if (why := roles.not_a_member(name)) is not None:
+                    option = f"--{group.removeprefix('pglock_')}-role"
+                    raise UsageError(f"{option}: {name!r} is {why}; name the login role that "
+                                     "is to be a member")
         say(roles.grants(config.configured_schema(schema), members).as_string(None))
         return 0
     if print_upgrade:

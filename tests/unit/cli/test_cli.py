@@ -56,6 +56,15 @@ RUN = ("run", "--job", "x")
 
 # argv -> exit code, the one line on stderr (stdout stays empty).
 USAGE = [
+    # --print-grants SQL that would fail when applied (sweep L18).
+    *(pytest.param(("init", "--print-grants", option, role), 2,
+                   f"pglock: {option}: {role!r} is {why}; name the login role that is to be "
+                   "a member", id=f"grants-{option}-{role}")
+      for option, role, why in (
+          ("--runner-role", "pglock_runner", "one of pglock's own group roles"),
+          ("--reader-role", "pglock_operator", "one of pglock's own group roles"),
+          ("--operator-role", "public", "PostgreSQL's name for every role, not a role"),
+          ("--runner-role", "pg_monitor", "one of PostgreSQL's reserved roles"))),
     # Accepted without effect, once (issue 37, N-L11).
     pytest.param((*RUN, "--catch-up-limit", "5", "--", "true"), 2,
                  "pglock: --catch-up-limit needs --catch-up latest or all",
