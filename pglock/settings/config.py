@@ -116,9 +116,11 @@ def _check_keys(path: Path, values: dict[str, object]) -> None:
         elif expected is bool:
             if not isinstance(value, bool):
                 raise ConfigError(f"config file {shown(str(path))}: {key} must be true or false")
-        elif expected is float and isinstance(value, int | float) and not isinstance(value,
-                                                                                      bool):
-            continue  # a duration in seconds, checked where it is used
+        elif expected is float:
+            if isinstance(value, bool) or not isinstance(value, int | float | str):
+                raise ConfigError(f"config file {shown(str(path))}: {key} must be a duration "
+                                  '("10m") or a number of seconds')
+            # Its value is checked where it is used (the embedded server's start).
         elif not isinstance(value, str) or not value.strip():
             raise ConfigError(f"config file {shown(str(path))}: {key} must be a non-empty "
                               "string")

@@ -39,7 +39,8 @@ DEEP = "x = " + "[" * 5000 + "]" * 5000 + "\n"
     ("schema = ['a']\n", 125, "schema must be a non-empty string"),
     ("dsm = 'host=db'\n", 125,
      "unknown key 'dsm' (known: dsn, schema, embedded, embedded_linger, jobs)"),
-    ("embedded_linger = true\n", 125, "embedded_linger must be a non-empty string"),
+    ("embedded_linger = true\n", 125,
+     'embedded_linger must be a duration ("10m") or a number of seconds'),
     # The jobs file's shape is bad input, as a bad table in it is.
     ("jobs = 'x'\n", 2, "jobs must be tables, one per job ([jobs.NAME])"),
     ("jobs = 5\n", 2, "jobs must be tables, one per job ([jobs.NAME])"),
