@@ -422,7 +422,7 @@ def _undecodable_argument(command: typer.core.TyperCommand | typer.core.TyperGro
     return next((f"'{shown(arg)}'" for arg in own if undecodable(arg)), None)
 
 
-def _repeated_job(command: typer.core.TyperCommand | typer.core.TyperGroup,
+def _repeated_option(command: typer.core.TyperCommand | typer.core.TyperGroup,
                   args: list[str]) -> str | None:
     """The refusal of an option given twice that takes one value (a second --job on a
     command that takes one job, a second --expect-duration): click would keep the last and
@@ -488,7 +488,7 @@ def _outcome(args: list[str], checking: bool) -> int:
     command, rest, prog_name = _parser(args)
     if (bad := _undecodable_argument(command, rest)) is not None:
         return _usage_error(f"the argument {bad} is not valid UTF-8", args, None)
-    if (repeated := _repeated_job(command, rest)) is not None:
+    if (repeated := _repeated_option(command, rest)) is not None:
         return _usage_error(repeated, args, None)
 
     def invoked() -> int:

@@ -105,7 +105,7 @@ def _options(args: list[str]) -> tuple[dict[str, Any], list[str]] | None:
             return None
         param, kind = spec
         if param in values and kind != "list" and not isinstance(kind, bool):
-            return None  # given twice: typer's parser refuses it (cli._repeated_job)
+            return None  # given twice: typer's parser refuses it (cli._repeated_option)
         if isinstance(kind, bool):
             if equals:
                 return None
