@@ -173,7 +173,67 @@ def build_pex(work: Path, build: Path, out: Path, arch: str, head: str, when: in
         "--console-script", "pglock", "--venv", "prepend", "--sh-boot",
         "--inject-python-args=-I", "--no-emit-warnings", "--output-file", target,
         env={**os.environ, "SOURCE_DATE_EPOCH": str(when)})
+    with_shared_root(target)
     return target
+
+
+# Where the single file's environment lives for every user of a host once root has run
+# it (docs/fleet.md, "The single file"): a service account whose home is not writable
+# (HOME=/nonexistent) would otherwise unpack it into a temporary directory on every run,
+# with two warnings for cron to mail. Root owns it, so no other user can plant anything
+# there that root would execute.
+SHARED_ROOT = "/var/cache/pglock/pex"
+# The /bin/sh header's line that picks PEX_ROOT, and what replaces it: PEX_ROOT if set;
+# else the shared root where the environment is installed (read-only use: the fast path
+# only execs it) or where this user can make it (root); else ~/.cache/pex, as pex does.
+_PEX_ROOT_LINE = ('# N.B.: This ensures tilde-expansion of the DEFAULT_PEX_ROOT value.\n'
+                  'DEFAULT_PEX_ROOT="$(echo ~/.cache/pex)"\n')
+_PEX_ROOT_CHOICE = f"""# pglock: the shared root when it holds this environment or this user
+# can make it; else ~/.cache/pex (tilde-expanded) as pex has it.
+SHARED_PEX_ROOT="{SHARED_ROOT}"
+DEFAULT_PEX_ROOT="$(echo ~/.cache/pex)"
+if [ -z "${{PEX_ROOT:-}}" ]; then
+    if [ -x "${{SHARED_PEX_ROOT}}/{{installed}}" ] || [ -w /var/cache ]; then
+        PEX_ROOT="${{SHARED_PEX_ROOT}}"
+        if [ -d "${{SHARED_PEX_ROOT}}/{{installed}}" ] \\
+                && [ ! -w "${{SHARED_PEX_ROOT}}/{{installed}}" ]; then
+            # Used, not written: its cache-pruning time stamp is root's to keep.
+            _PEX_CACHE_SET_LAST_ACCESS=false
+            export _PEX_CACHE_SET_LAST_ACCESS
+        fi
+    fi
+fi
+"""
+# The slow path (the environment not installed yet), and what comes before it: pex's own
+# code must install where the header looked (PEX_ROOT exported), and the shared root is
+# made readable by every user whatever root's umask (then this run takes the fast path).
+_SLOW_PATH = '        exec "${python_exe}" ${PYTHON_ARGS} "$0" "$@"\n'
+_SLOW_PATH_FIRST = """        export PEX_ROOT
+        if [ "${PEX_ROOT}" = "${SHARED_PEX_ROOT}" ] \\
+                && (umask 022 && "${python_exe}" ${PYTHON_ARGS} "$0" --version >/dev/null) \\
+                && [ -x "${INSTALLED_PEX}" ]; then
+            exec "${INSTALLED_PEX}/bin/python" ${VENV_PYTHON_ARGS} "${INSTALLED_PEX}" "$@"
+        fi
+"""
+
+
+def with_shared_root(target: Path) -> None:
+    """The pex's /bin/sh header taught the shared root. Python finds a zip's members from
+    its end (the offsets shift with the header), so the header may change length."""
+    data = target.read_bytes()
+    end = data.index(b"\nPK\x03\x04") + 1
+    header = data[:end].decode()
+    installed = re.search(r'\nINSTALLED_PEX="\$\{PEX_ROOT\}/(venvs/[0-9a-f/]+)"\n', header)
+    if installed is None:
+        raise SystemExit("the pex's /bin/sh header has changed: no INSTALLED_PEX in it "
+                         "(scripts/package.py, with_shared_root)")
+    choice = _PEX_ROOT_CHOICE.replace("{installed}", installed.group(1))
+    for old, new in ((_PEX_ROOT_LINE, choice), (_SLOW_PATH, _SLOW_PATH_FIRST + _SLOW_PATH)):
+        if header.count(old) != 1:
+            raise SystemExit(f"the pex's /bin/sh header has changed: {old.strip()!r} is not "
+                             "in it once (scripts/package.py, with_shared_root)")
+        header = header.replace(old, new)
+    target.write_bytes(header.encode() + data[end:])
 
 
 # ---------------------------------------------------------------- the Debian package

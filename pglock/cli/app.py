@@ -331,9 +331,14 @@ def init(
     if print_grants:
         from pglock.operate import roles
 
-        for name in (n for names in members.values() for n in names):
-            if not name or len(name.encode()) > 63 or "\x00" in name:
-                raise UsageError(f"role name {name!r}: 1-63 bytes")
+        for group, names in members.items():
+            for name in names:
+                if not name or len(name.encode()) > 63 or "\x00" in name:
+                    raise UsageError(f"role name {name!r}: 1-63 bytes")
+                if (why := roles.not_a_member(name)) is not None:
+                    option = f"--{group.removeprefix('pglock_')}-role"
+                    raise UsageError(f"{option}: {name!r} is {why}; name the login role that "
+                                     "is to be a member")
         say(roles.grants(config.configured_schema(schema), members).as_string(None))
         return 0
     if print_upgrade:
@@ -432,27 +437,33 @@ def _undecodable_argument(command: typer.core.TyperCommand | typer.core.TyperGro
     return next((f"'{shown(arg)}'" for arg in own if undecodable(arg)), None)
 
 
-def _repeated_job(command: typer.core.TyperCommand | typer.core.TyperGroup,
+def _repeated_option(command: typer.core.TyperCommand | typer.core.TyperGroup,
                   args: list[str]) -> str | None:
-    """The refusal of a second --job on a command that takes one job: click would keep the
-    last and act on it, silently ignoring the first (pause and resume take several)."""
-    job = next((param for param in command.params if isinstance(param, typer.core.TyperOption)
-                and "--job" in param.opts), None)
-    if job is None or job.multiple:
-        return None
-    valued = {name for param in command.params if isinstance(param, typer.core.TyperOption)
-              and not param.is_flag for name in (*param.opts, *param.secondary_opts)}
-    given, i = 0, 0
+    """The refusal of an option given twice that takes one value (a second --job on a
+    command that takes one job, a second --expect-duration): click would keep the last and
+    act on it, silently ignoring the first (pause and resume take several jobs)."""
+    options = [param for param in command.params if isinstance(param, typer.core.TyperOption)
+               and not param.is_flag]
+    by_name = {name: param for param in options for name in param.opts}
+    counted: dict[str, int] = {}
+    i = 0
     while i < len(args) and args[i] != "--" and args[i].startswith("-"):
         name, equals, _ = args[i].partition("=")
-        if name in job.opts or (args[i].startswith("-j") and not name.startswith("--")):
-            given += 1
-            i += 1 + (name in job.opts and not equals)
+        if args[i].startswith("-j") and not name.startswith("--"):
+            name, equals = "--job", "=" if len(args[i]) > 2 else ""
+        param = by_name.get(name)
+        if param is not None and not param.multiple and param.name is not None:
+            counted[param.name] = counted.get(param.name, 0) + 1
+        i += 1 + (param is not None and not equals)
+    for param in options:
+        given = counted.get(param.name or "", 0)
+        if given < 2:
             continue
-        i += 1 + (name in valued and not equals)
-    if given < 2:
-        return None
-    return f"--job: given {given} times; pglock {command.name} takes one job"
+        option = max(param.opts, key=len)
+        if option == "--job":
+            return f"--job: given {given} times; pglock {command.name} takes one job"
+        return f"{option}: given {given} times; it takes one value"
+    return None
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -492,7 +503,7 @@ def _outcome(args: list[str], checking: bool) -> int:
     command, rest, prog_name = _parser(args)
     if (bad := _undecodable_argument(command, rest)) is not None:
         return _usage_error(f"the argument {bad} is not valid UTF-8", args, None)
-    if (repeated := _repeated_job(command, rest)) is not None:
+    if (repeated := _repeated_option(command, rest)) is not None:
         return _usage_error(repeated, args, None)
 
     def invoked() -> int:

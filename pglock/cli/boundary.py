@@ -50,6 +50,12 @@ class ClosedOutput(io.TextIOBase):
 def reset() -> None:
     """Before a command line is parsed (main() may run many times in one process: tests)."""
     _State.output_configured = False
+    # Standard output escapes what its encoding cannot carry (PYTHONIOENCODING=ascii, a
+    # latin-1 locale), as standard error does: a job's name never ends a command.
+    reconfigure = getattr(sys.stdout, "reconfigure", None)
+    if reconfigure is not None:
+        with contextlib.suppress(ValueError, OSError):
+            reconfigure(errors="backslashreplace")
 
 
 def output_configured() -> bool:

@@ -7,6 +7,7 @@ from typing import Annotated
 
 import typer
 
+from pglock.cli import render
 from pglock.cli.app import (
     ConnectTimeout,
     Dsn,
@@ -82,5 +83,6 @@ def doctor(
     elif not quiet:
         for finding in diagnosis.findings:
             advice = f" -> {finding.advice}" if finding.advice else ""
-            say(f"{finding.level.name:<4}  {finding.check:<11}  {finding.detail}{advice}")
+            say(render.folded(f"{finding.level.name:<4}  {finding.check:<11}  "
+                              f"{finding.detail}{advice}", indent=19))
     return int(diagnosis.level)

@@ -72,6 +72,21 @@ def show(screen: Screen) -> None:
         write(plain(screen))
 
 
+def folded(line: str, indent: int) -> str:
+    """On a terminal, `line` folded at words to the terminal's width, each further line
+    indented by `indent` (a long finding reads as a paragraph beside its label, not as a
+    line the terminal breaks anywhere); elsewhere, as it is (one line for grep and mail)."""
+    if not on_terminal():
+        return line
+    import shutil
+    import textwrap
+
+    width = shutil.get_terminal_size().columns
+    return "\n".join(textwrap.wrap(line, width=max(width, indent + 20),
+                                   subsequent_indent=" " * indent,
+                                   break_on_hyphens=False)) or line
+
+
 def show_json(document: dict[str, Any]) -> None:
     write(json.dumps(document, indent=2, ensure_ascii=False) + "\n")
 
@@ -136,21 +151,33 @@ def _plain_grid(grid: Grid) -> list[str]:
     shown = list(range(len(grid.headers)))
     widths = _widths(grid)
     lines = [_aligned(list(grid.headers), shown, widths)]
-    for cells, detail in zip(grid.rows, grid.details, strict=True):
-        lines.append(_aligned(cells, shown, widths))
+    for row, detail in zip(grid.rows, grid.details, strict=True):
+        lines.append(_aligned(row, shown, widths))
         lines.extend(detail or ())
     return lines
 
 
+def cells(text: str) -> int:
+    """How many terminal columns `text` takes: a CJK character or an emoji takes two,
+    a combining mark none (rich's measure, the one its tables use)."""
+    from rich.cells import cell_len
+
+    return cell_len(text)
+
+
 def _widths(grid: Grid) -> list[int]:
-    """Each column's widest cell, header included."""
-    return [max(len(row[i]) for row in [grid.headers, *grid.rows])
+    """Each column's widest cell in terminal columns, header included."""
+    return [max(cells(row[i]) for row in [grid.headers, *grid.rows])
             for i in range(len(grid.headers))]
 
 
-def _aligned(cells: list[str], shown: list[int], widths: list[int]) -> str:
+def _padded(text: str, width: int) -> str:
+    return text + " " * (width - cells(text))
+
+
+def _aligned(row: list[str], shown: list[int], widths: list[int]) -> str:
     """One row of the `shown` columns, each padded to its width, two spaces apart."""
-    return "  ".join(cells[i].ljust(widths[i]) for i in shown).rstrip()
+    return "  ".join(_padded(row[i], widths[i]) for i in shown).rstrip()
 
 
 def renderable(screen: Screen, width: int) -> Any:
@@ -190,8 +217,8 @@ def _table(part: Grid, shown: list[int], width: int) -> Any:
         else:
             # A terminal narrower than the name itself: folded onto more lines, never cut.
             table.add_column(part.headers[i], overflow="fold")
-    for cells, style in zip(part.rows, part.styles, strict=True):
-        table.add_row(*(Text(cells[i], style=style if i == part.styled_column else "")
+    for row, style in zip(part.rows, part.styles, strict=True):
+        table.add_row(*(Text(row[i], style=style if i == part.styled_column else "")
                         for i in shown))
     return table
 
@@ -205,12 +232,12 @@ def _detailed(part: Grid, shown: list[int]) -> list[Any]:
     # The blank line a table's box would draw above its headers.
     lines = [Text(""), Text(_aligned(list(part.headers), shown, widths), style="bold",
                             no_wrap=True, overflow="ellipsis")]
-    for cells, style, detail in zip(part.rows, part.styles, part.details, strict=True):
+    for row, style, detail in zip(part.rows, part.styles, part.details, strict=True):
         line = Text(no_wrap=True, overflow="ellipsis")
         for n, i in enumerate(shown):
             line.append("  " if n else "")
-            line.append(cells[i], style=style if i == part.styled_column else "")
-            line.append(" " * (widths[i] - len(cells[i])))
+            line.append(row[i], style=style if i == part.styled_column else "")
+            line.append(" " * (widths[i] - cells(row[i])))
         line.rstrip()
         lines.append(line)
         lines.extend(Text(text, style="dim") for text in detail or ())
@@ -271,7 +298,8 @@ def _refreshed(build: Callable[[], Screen], good: Screen) -> tuple[Screen, Scree
 
 
 def header(command: str, place: str, schema: str, now: datetime) -> str:
-    return f"pglock {command}: {place}, schema {schema}, at {when(now, zone=True)}"
+    return (f"pglock {command}: {escaped(place)}, schema {escaped(schema)}, "
+            f"at {when(now, zone=True)}")
 
 
 def when(moment: datetime | None, *, zone: bool = False) -> str:

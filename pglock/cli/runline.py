@@ -112,8 +112,8 @@ def _options(args: list[str]) -> tuple[dict[str, Any], list[str]] | None:
         if spec is None or undecodable(arg):
             return None
         param, kind = spec
-        if param == "job" and param in values:
-            return None  # a second --job: typer's parser refuses it (cli._repeated_job)
+        if param in values and kind != "list" and not isinstance(kind, bool):
+            return None  # given twice: typer's parser refuses it (cli._repeated_option)
         if isinstance(kind, bool):
             if equals:
                 return None

@@ -374,8 +374,11 @@ def runs_grid(runs: list[RunRow], now: datetime, *, with_job: bool, bars: bool =
     slotted = any(run.slot is not None or run.manual or (run.attempt or 1) > 1 for run in runs)
     headers = ["STARTED", *(["JOB"] if with_job else []), *(["SLOT"] if slotted else []),
                "HOST", "OUTCOME", "EXIT", "DURATION", *(["BAR"] if bars else []), "NOTE"]
+    # Across jobs the job's name is what a row is about: kept whole, as status keeps it,
+    # where a narrow terminal drops the slot and the rest.
     grid = Grid(headers, styled_column=headers.index("OUTCOME"),
-                optional=("NOTE", "HOST", "EXIT", *([] if bars else ["JOB"])))
+                optional=("NOTE", "HOST", "EXIT", *(["SLOT"] if with_job and slotted else [])),
+                whole="JOB" if with_job else None)
     lengths = [_length(run, now) for run in runs]
     longest = max((n for n in lengths if n is not None), default=0.0)
     previous: tuple[str, datetime | None] | None = None

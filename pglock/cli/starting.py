@@ -71,10 +71,13 @@ def resolved(values: Mapping[str, Any], from_environment: Collection[str],
                     v["command"] = list(value)
             elif param in defaulted:
                 v[param] = value
-    if v["schedule"] is None:
-        from pglock.run import flags
+    from pglock.run import flags
 
+    if v["schedule"] is None:
         for name in SCHEDULE_ONLY:
             if name in from_environment:
                 v[name] = flags.DEFAULTS[name]
+    if "catch_up_limit" in from_environment and v["catch_up"] == "none":
+        # A crontab's PGLOCK_CATCH_UP_LIMIT is for its lines that catch up.
+        v["catch_up_limit"] = flags.DEFAULTS["catch_up_limit"]
     return v

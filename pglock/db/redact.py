@@ -65,6 +65,11 @@ def _userinfo(conninfo: str) -> str | None:
         # so no password). With user information or a port, "user:pass/word@host" reads
         # the same as "host:port/db@x": that stays refused (percent-encode the @).
         return None
+    if slash and re.fullmatch(r"[^@:]+@[^@:/]+(?::\d+)?", authority):
+        # user@host[:port]/db@x: libpq reads the user information up to the first @ (no
+        # ":", no password); the other reading needs an @ in the user name and a password
+        # of digits followed by a "/", which percent-encoding is there for.
+        return authority.partition("@")[0]
     userinfo, at, _ = rest.rpartition("@")
     return userinfo if at else None
 

@@ -294,6 +294,16 @@ def held_by(conn: psycopg.Connection[Any], schema: str, job: str, holder_id: str
     return row is not None and bool(row[0])
 
 
+# The database's clock, by which a catch-up judges the slots the host's clock proposes.
+DATABASE_NOW = "SELECT clock_timestamp()"
+
+
+def database_now(conn: psycopg.Connection[Any]) -> datetime:
+    row = conn.execute(DATABASE_NOW).fetchone()
+    assert row is not None
+    return row[0]  # type: ignore[no-any-return]
+
+
 def catch_up(conn: psycopg.Connection[Any], lease: Claim, slots: list[datetime], retries: int,
              given_up: tuple[int, datetime | None]) -> bool:
     """Mark the slots a catch-up will run and count those it gives up (how many, the newest

@@ -84,6 +84,18 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA {{schema}} TO {OPERATOR};
 """
 
 
+def not_a_member(role: str) -> str | None:
+    """Why `role` cannot be made a member of pglock's groups (the GRANT would fail when
+    applied), or None."""
+    if role in (RUNNER, READER, OPERATOR):
+        return "one of pglock's own group roles"
+    if role == "public":
+        return "PostgreSQL's name for every role, not a role"
+    if role.startswith("pg_"):
+        return "one of PostgreSQL's reserved roles"
+    return None
+
+
 def grants(schema: str, members: dict[str, list[str]] | None = None) -> sql.Composed:
     """The SQL that creates the three group roles (NOLOGIN, once per cluster), grants them
     what they need on `schema`, and makes each of `members` (group -> login roles) a

@@ -219,7 +219,7 @@ def judge(job: Job, thresholds: Thresholds, now: datetime) -> Verdict:
 def evaluate(snapshot: Snapshot, thresholds: Thresholds, job: str | None = None) -> Report:
     """All jobs judged; a named job that never ran is UNKNOWN."""
     if job is not None and not snapshot.jobs:
-        return unknown(f"no job named {job!r} has run")
+        return unknown(snapshot.unknown(job))
     verdicts = tuple(judge(health, thresholds, snapshot.now) for health in snapshot.jobs)
     status = worst([v.status for v in verdicts])
     counted = sorted(problem for problem in Problem if problem.counted)

@@ -150,6 +150,10 @@ COLUMNS = (
     "catch_up_skipped_slot", "paused_at", "paused_by", "pause_reason",
     "paused_until", "paused_everywhere", "seats_used", "seat_limit", "run_note", "listed")
 # The seats of one semaphore job that are taken now, as Lock fields.
+# When a job asked for by name was forgotten (None: it never ran here).
+FORGOTTEN = """
+SELECT forgotten_at FROM {schema}.jobs WHERE job = %(job)s AND forgotten_at IS NOT NULL
+"""
 SEATS = """
 SELECT seat, mode, holder, holder_pid, fencing_token, NULL::integer, acquired_at,
        least(expires_at, '9999-01-01'::timestamptz),
@@ -484,6 +488,16 @@ class Snapshot:
     jobs: list[Job]
     # Idle jobs left out of `jobs` (read with everything=False on a large fleet).
     unlisted: int = 0
+    # The job asked for, not found because `pglock forget` forgot it: when.
+    forgotten: datetime | None = None
+
+    def unknown(self, job: str, schema_name: str | None = None) -> str:
+        """Why the job asked for is not in the snapshot, in one line."""
+        where = "" if schema_name is None else f" (schema {schema_name!r})"
+        if self.forgotten is None:
+            return f"no job named {job!r} has run" + ("" if not where else f" here{where}")
+        return (f"job {job!r} was forgotten (pglock forget) at "
+                f"{self.forgotten.astimezone():%Y-%m-%d %H:%M:%S %Z} and has not run since{where}")
 
 
 def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None, *,
@@ -507,6 +521,10 @@ def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None
             raise AssertionError("jobs.JOBS and jobs.COLUMNS disagree")
         now, unlisted = rows[0][0], rows[0][1]
         found = [_from_row(now, row) for row in rows if row[2] is not None]
+        if job is not None and not found:
+            row = conn.execute(schema.query(FORGOTTEN, schema_name), {"job": job}).fetchone()
+            if row is not None:
+                return Snapshot(now, [], forgotten=row[0])
         if job is not None and found and found[0].seats is not None:
             found[0] = replace(found[0], seats=replace(
                 found[0].seats, holders=seat_holders(conn, schema_name, job)))

@@ -42,7 +42,7 @@ def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None
     everything=False leaves out the idle jobs of a large fleet (counted in `unlisted`)."""
     snapshot = jobs.read(conn, schema_name, job, everything=everything or job is not None)
     if job is not None and not snapshot.jobs:
-        raise UnknownJob(f"no job named {job!r} has run here (schema {schema_name!r})")
+        raise UnknownJob(snapshot.unknown(job, schema_name))
     runs: list[history.RunRow] = []
     actions: list[history.Action] = []
     if job is not None:

@@ -38,7 +38,8 @@ def check_target(target: str) -> str:
     """An event log target as given: a path, `syslog` or `syslog:/path/to/socket`."""
     from pglock.errors import UsageError
 
-    if not target:
+    if not target.strip():
+        # A blank target would be a file named by its spaces, in whatever the cwd is.
         raise UsageError("--event-log: give a file path, 'syslog' or 'syslog:/path/to/socket'")
     if target.startswith("syslog:") and not target.removeprefix("syslog:"):
         raise UsageError("--event-log: 'syslog:' needs a socket path after the colon")
@@ -56,6 +57,8 @@ class EventLog:
         self.socket_path: str | None = None
         # Set when the receiver stopped taking events: the rest are dropped.
         self.stuck = False
+        # Set once a write failed and that was said (a full disk is said once, not per event).
+        self.failed = False
         # Pings report from threads of their own.
         self.lock = threading.Lock()
         try:
@@ -93,6 +96,13 @@ class EventLog:
             self.stuck = True
             log.warning("--event-log %s takes no events (waited %gs); the rest of this run's "
                         "events are not logged", self.target, EVENT_WAIT)
+        except OSError as error:  # a full disk, an I/O error: said once, as an unopenable log
+            if self.failed:
+                log.info("--event-log %s: %s event not written: %s", self.target, event, error)
+            else:
+                self.failed = True
+                log.warning("--event-log %s: an event could not be written (%s); events of this "
+                            "run may be missing", self.target, error.strerror or error)
         except Exception as error:  # an event log never stops a run
             log.info("--event-log %s: %s event not written: %s", self.target, event, error)
 

@@ -20,6 +20,8 @@ HOOK_OUTPUT = 500
 # (holding the pipe) still writes: pglock does not wait for that child.
 HOOK_DRAIN = 0.5
 _CHUNK = 65536
+# A hook that pglock's own end cuts short: how long its SIGTERM is given before SIGKILL.
+HOOK_GRACE = 1.0
 
 
 def run_hook(name: str, command: str, env: dict[str, str], stdin: bytes,
@@ -36,6 +38,11 @@ def run_hook(name: str, command: str, env: dict[str, str], stdin: bytes,
         return Told(what, False, f"could not start: {reason}"), None
     try:
         output, timed_out = _exchange(process, stdin, clock.now() + timeout)
+    except BaseException:
+        # pglock is going (a SIGTERM, Ctrl-C): its hook, in a session of its own that no
+        # signal to pglock's group reaches, goes with it.
+        _ended(process)
+        raise
     finally:
         for stream in (process.stdin, process.stdout):
             if stream is not None:
@@ -53,6 +60,16 @@ def run_hook(name: str, command: str, env: dict[str, str], stdin: bytes,
     said = escaped(output.decode(errors="replace").strip().replace("\n", " | "))
     detail = f"killed by signal {-code}" if code < 0 else f"exited {code}"
     return Told(what, False, detail + (f": {said}" if said else "")), code
+
+
+def _ended(process: subprocess.Popen[bytes]) -> None:
+    """The hook's whole group ended: SIGTERM, then SIGKILL after HOOK_GRACE."""
+    for signum, grace in ((signal.SIGTERM, HOOK_GRACE), (signal.SIGKILL, HOOK_GRACE)):
+        with contextlib.suppress(ProcessLookupError, PermissionError):
+            os.killpg(process.pid, signum)
+        with contextlib.suppress(subprocess.TimeoutExpired):
+            process.wait(grace)
+            return
 
 
 def _exchange(process: subprocess.Popen[bytes], stdin: bytes,

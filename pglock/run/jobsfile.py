@@ -192,6 +192,8 @@ def checked(path: Path, name: str, table: Mapping[str, object]) -> ConfiguredJob
             alone = {param: values[param]}
             if param in SCHEDULE_ONLY:
                 alone["schedule"] = _ANY_SCHEDULE
+            if param == "catch_up_limit":
+                alone["catch_up"] = "all"  # whether the table catches up is checked below
             _check(where, alone, key)
     _check(where, values, None)
     return ConfiguredJob(check_job(name), path, values)

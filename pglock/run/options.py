@@ -37,6 +37,8 @@ if TYPE_CHECKING:
 # (docs/lease.md, "The hold").
 DEFAULT_HOLD = 20.0
 CATCH_UP = ("none", "latest", "all")
+# How many slots back a catch-up looks, unless --catch-up-limit says otherwise.
+DEFAULT_CATCH_UP_LIMIT = 24
 # Linux's limit on one argument or variable (32 pages), and what pglock's own PGLOCK_*
 # variables add to the command's environment, at most.
 MAX_ARG_STRLEN = 32 * 4096
@@ -85,7 +87,7 @@ class RunOptions:
     # --catch-up: what a trigger does with the slots before its own that have no run
     # (none, the newest of them, all of them up to --catch-up-limit); docs/schedules.md.
     catch_up: str = "none"
-    catch_up_limit: int = 24
+    catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
     # --window 'CRON DURATION' (repeatable): a trigger inside one skips.
     windows: tuple[str, ...] = ()
 
@@ -131,11 +133,17 @@ class RunOptions:
                              "holder's (docs/lease.md, Semaphores)")
         self.notify.validate()
         self._validate_expected()
+        self._validate_catch_up()
+        self._validate_schedule()
+
+    def _validate_catch_up(self) -> None:
         check_count(self.catch_up_limit, "--catch-up-limit", CATCH_UP_LIMIT)
         if self.catch_up not in CATCH_UP:
             raise UsageError(f"--catch-up: {self.catch_up!r} is not one of "
                              f"{', '.join(CATCH_UP)}")
-        self._validate_schedule()
+        if self.catch_up == "none" and self.catch_up_limit != DEFAULT_CATCH_UP_LIMIT:
+            # Without a catch-up it would change nothing, and nothing would say so.
+            raise UsageError("--catch-up-limit needs --catch-up latest or all")
 
     def _validate_expected(self) -> None:
         """--expect-duration's range in order, and --on-slow only with its MAX."""

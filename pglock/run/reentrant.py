@@ -30,6 +30,8 @@ log = logging.getLogger(__name__)
 # How deep reentrant runs of one job may nest: deeper, its command most likely calls
 # itself (a table whose command is `pglock run --job` of its own job).
 MAX_DEPTH = 10
+# The largest fencing token a lock row can hold (PostgreSQL's bigint).
+BIGINT_MAX = 2**63 - 1
 # The depth, passed on to the command of a reentrant run.
 DEPTH_VARIABLE = "PGLOCK_REENTERED"
 
@@ -51,8 +53,17 @@ def inherited(job: str, environ: Mapping[str, str]) -> Inherited | None:
     holder_id = environ.get("PGLOCK_HOLDER_ID", "")
     if not holder_id or normalized_job(environ.get("PGLOCK_JOB", "")) != job:
         return None
-    token = environ.get("PGLOCK_FENCING_TOKEN", "").strip()
-    return Inherited(holder_id, int(token) if token.isascii() and token.isdigit() else None)
+    return Inherited(holder_id, _bigint(environ.get("PGLOCK_FENCING_TOKEN", "").strip()))
+
+
+def _bigint(text: str) -> int | None:
+    """The fencing token `text` names: a non-negative bigint, as the lock row keeps it
+    (None for anything else: no lock row can agree, so the run skips as for any claim
+    that does not hold; the length checked first, as int() refuses 4,300 digits)."""
+    if not (text.isascii() and text.isdigit()) or len(text) > len(str(BIGINT_MAX)):
+        return None
+    value = int(text)
+    return value if value <= BIGINT_MAX else None
 
 
 def confirmed(conninfo: str, schema: str, job: str, claim: Inherited,
@@ -83,7 +94,9 @@ def run_directly(job: str, argv: Sequence[str], environ: Mapping[str, str],
     run's heartbeat and watchdog protect it once it runs, as they protect the outer
     command); later, it is not started (LateStart, 125)."""
     text = environ.get(DEPTH_VARIABLE, "0")
-    depth = int(text) + 1 if text.isascii() and text.isdigit() else 1
+    # More digits than MAX_DEPTH has is as deep as MAX_DEPTH (never int() of 5,000 digits).
+    depth = (1 if not (text.isascii() and text.isdigit()) else
+             MAX_DEPTH if len(text) > len(str(MAX_DEPTH)) else int(text) + 1)
     if depth >= MAX_DEPTH:
         raise UsageError(f"job {job!r}: nested {depth} deep in runs of itself; not running its "
                          f"command again (does its command call pglock run --job {job} "

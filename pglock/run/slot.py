@@ -327,7 +327,10 @@ class Slot:
         assert own is not None
         planned = catchup.plan(self.options, self.claim, own.schedule)
         with database.translated(f"cannot record the catch-up of job {self.claim.job!r}"):
-            if not lease.catch_up(self.session.get(), self.claim, planned.run,
+            conn = self.session.get()
+            if planned.run:
+                planned = catchup.not_ahead(planned, lease.database_now(conn), self.claim.job)
+            if not lease.catch_up(conn, self.claim, planned.run,
                                   self.options.retries, planned.given_up):
                 log.warning("job %r: the lock was lost before the catch-up started",
                             self.claim.job)

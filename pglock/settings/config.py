@@ -16,8 +16,15 @@ DEFAULT_SCHEMA = "pglock"
 # The keys a config file may hold, and their type. An unknown key is an error: a typo'd
 # `dsn` would otherwise send the fleet to the embedded, this-host-only server.
 # `jobs` holds a table per job (`[jobs.NAME]`), checked by jobsfile.py when a job is run.
+# `embedded_linger` is a duration: a string ("10m") or a number of seconds (0).
 CONFIG_KEYS: dict[str, type] = {"dsn": str, "schema": str, "embedded": bool,
-                                 "embedded_linger": str, "jobs": dict}
+                                 "embedded_linger": float, "jobs": dict}
+# A config file larger than this is not one (PGLOCK_CONFIG=/dev/zero would be read until
+# memory ran out): a jobs file of 10,000 jobs is well under it.
+CONFIG_LIMIT = 4 << 20
+# Schemas that are PostgreSQL's own: pglock's tables and functions would land among the
+# catalog's, or in the schema every role may create in.
+FOREIGN_SCHEMAS = ("public", "information_schema")
 
 
 class Target(NamedTuple):
@@ -36,6 +43,10 @@ class Target(NamedTuple):
 def config_paths() -> list[Path]:
     """Config files in the order they are searched."""
     explicit = os.environ.get("PGLOCK_CONFIG")
+    if explicit is not None and not explicit.strip():
+        # An unset shell variable, most likely: the default places would be read instead,
+        # and without a dsn there the embedded, this-host-only server started.
+        raise ConfigError("PGLOCK_CONFIG: empty; unset it to read the default config files")
     if explicit:
         return [Path(explicit)]
     xdg = os.environ.get("XDG_CONFIG_HOME") or str(Path.home() / ".config")
@@ -55,11 +66,15 @@ def read_config_file() -> tuple[Path | None, dict[str, object]]:
     paths = config_paths()
     for path in paths:
         try:
-            data = path.read_bytes()
+            with path.open("rb") as file:
+                data = file.read(CONFIG_LIMIT + 1)
         except FileNotFoundError:
             continue
         except OSError as error:
             raise ConfigError(f"config file {shown(str(path))}: {error.strerror}") from None
+        if len(data) > CONFIG_LIMIT:
+            raise ConfigError(f"config file {shown(str(path))}: larger than "
+                              f"{CONFIG_LIMIT >> 20} MiB; not a config file")
         key = (str(path), data)
         if key not in _parsed:
             _parsed[key] = _parse(path, data)
@@ -81,6 +96,8 @@ def _parse(path: Path, data: bytes) -> dict[str, object]:
                           f"{error.start} of the file)") from None
     except tomllib.TOMLDecodeError as error:
         raise ConfigError(f"config file {shown(str(path))}: {error}") from None
+    except RecursionError:
+        raise ConfigError(f"config file {shown(str(path))}: nested too deeply") from None
     _check_keys(path, values)
     return values
 
@@ -93,14 +110,24 @@ def _check_keys(path: Path, values: dict[str, object]) -> None:
                               f"(known: {', '.join(CONFIG_KEYS)})")
         if expected is dict:
             if not isinstance(value, dict):
-                raise ConfigError(f"config file {shown(str(path))}: {key} must be tables, one "
-                                  "per job ([jobs.NAME])")
+                # Bad input in the jobs file, as a bad table in it is: exit 2.
+                raise UsageError(f"config file {shown(str(path))}: {key} must be tables, one "
+                                 "per job ([jobs.NAME])")
         elif expected is bool:
             if not isinstance(value, bool):
                 raise ConfigError(f"config file {shown(str(path))}: {key} must be true or false")
-        elif not isinstance(value, expected) or not value:
+        elif expected is float:
+            if isinstance(value, bool) or not isinstance(value, int | float | str):
+                raise ConfigError(f"config file {shown(str(path))}: {key} must be a duration "
+                                  '("10m") or a number of seconds')
+            # Its value is checked where it is used (the embedded server's start).
+        elif not isinstance(value, str) or not value.strip():
             raise ConfigError(f"config file {shown(str(path))}: {key} must be a non-empty "
                               "string")
+        elif "\x00" in value:
+            # libpq would read the dsn up to it: another database, without a word.
+            raise ConfigError(f"config file {shown(str(path))}: {key} contains a NUL "
+                              "character")
 
 
 def resolve_target(dsn_option: str | None) -> Target:
@@ -152,6 +179,11 @@ def embedded_linger(path: Path | None, values: dict[str, object]) -> float:
     variable = os.environ.get("PGLOCK_EMBEDDED_LINGER", "").strip()
     setting, where = (variable, "PGLOCK_EMBEDDED_LINGER") if variable else (
         values.get("embedded_linger"), f"config file {shown(str(path))}: embedded_linger")
+    if isinstance(setting, int | float) and not isinstance(setting, bool):
+        seconds = float(setting)
+        if not EMBEDDED_LINGER.admits(seconds):
+            raise ConfigError(f"{where}: {setting} is out of range ({EMBEDDED_LINGER.text()})")
+        return seconds
     if isinstance(setting, str):
         try:
             seconds = parse_duration(setting, option=where)
@@ -190,8 +222,12 @@ def configured_schema(schema_option: str | None) -> str:
         value = values.get("schema", DEFAULT_SCHEMA)
         schema = value if isinstance(value, str) else DEFAULT_SCHEMA
     check_text(schema, "--schema")
-    if not schema or len(schema.encode()) > 63 or "\x00" in schema:
-        raise UsageError(f"--schema: {schema!r} is not a usable schema name (1-63 bytes)")
+    if not schema.strip() or len(schema.encode()) > 63 or has_control(schema):
+        raise UsageError(f"--schema: '{shown(schema)}' is not a usable schema name (1-63 bytes, "
+                         "no control characters)")
+    if schema in FOREIGN_SCHEMAS or schema.startswith("pg_"):
+        raise UsageError(f"--schema: '{shown(schema)}' is PostgreSQL's own schema; pglock "
+                         f"needs one of its own (the default is {DEFAULT_SCHEMA})")
     return schema
 
 

@@ -145,6 +145,11 @@ def check_moment(moment: datetime, option: str, text: str) -> datetime:
     bounds = MOMENTS[option]
     try:
         aware = moment if moment.tzinfo else moment.astimezone()
+        if not moment.tzinfo and aware.astimezone().replace(tzinfo=None) != moment:
+            # A local time the clocks skip (spring forward): Python would take it an hour
+            # early, without a word.
+            raise UsageError(f"{option}: {text.strip()} is not a time here: the clocks skip "
+                             "it (daylight saving time begins); give a time after the change")
         ahead = (aware - datetime.now(UTC)).total_seconds()
     except (OverflowError, OSError, ValueError):
         # The local zone's offset carried it past year 1 or year 9999.

@@ -77,3 +77,14 @@ def test_every_command_finds_a_job_by_any_spelling_of_its_name(env: Env) -> None
         result = env.run(*command, "--job", decomposed)
         assert composed in result.stdout, (command, result)
     assert 'job="café"' in env.run("metrics", "--job", decomposed).stdout
+
+
+def test_standard_output_escapes_what_its_encoding_cannot_carry(env: Env) -> None:
+    assert env.run("run", "--job", "ジョブ", "--", "false").returncode == 1
+    for encoding in ("ascii", "latin-1"):
+        narrow = {"PYTHONIOENCODING": encoding}
+        for args, code in ((("status",), 0), (("status", "--job", "ジョブ"), 0),
+                           (("check",), 2), (("history",), 0), (("jobs",), 0)):
+            result = env.run(*args, env=narrow)
+            assert (result.returncode, result.stderr) == (code, ""), (encoding, args, result)
+            assert "\\u30b8\\u30e7\\u30d6" in result.stdout, (encoding, args, result.stdout)

@@ -173,7 +173,10 @@ def test_a_fleet_can_forbid_the_embedded_fallback(tmp_path: Path, setting: dict[
     ({"PGLOCK_CONFIG": 'embedded = "no"'}, "embedded must be true or false"),
     ({"PGLOCK_EMBEDDED_LINGER": "soon"}, "PGLOCK_EMBEDDED_LINGER: 'soon' is not a duration"),
     ({"PGLOCK_EMBEDDED_LINGER": "8d"}, "PGLOCK_EMBEDDED_LINGER: 8d is out of range (0 to 7d)"),
-    ({"PGLOCK_CONFIG": "embedded_linger = 5"}, "embedded_linger must be a non-empty string"),
+    # A number is seconds (README: 0 stops it with its last user); out of range, refused.
+    ({"PGLOCK_CONFIG": "embedded_linger = -1"}, "embedded_linger: -1 is out of range (0 to 7d)"),
+    ({"PGLOCK_CONFIG": "embedded_linger = true"},
+     'embedded_linger must be a duration ("10m") or a number of seconds'),
     ({"PGLOCK_CONFIG": 'embedded_linger = "1y"'}, "embedded_linger: '1y' is not a duration"),
 ])
 def test_bad_embedded_settings_are_one_line(tmp_path: Path, setting: dict[str, str],

@@ -166,6 +166,13 @@ def test_forget_retires_a_job_until_it_runs_again(env: Env) -> None:
     assert 'job="old"' not in env.run("metrics").stdout
     assert [r["outcome"] for r in env.runs("old")] == ["failed"]
     assert ("old", "forget", "removed from the crontab") in audit(env)
+    # Asked for by name, a forgotten job is said to be forgotten, not never to have run.
+    status = env.run("status", "--job", "old")
+    assert status.returncode == 1, status
+    assert "job 'old' was forgotten (pglock forget) at " in one_line(status.stderr)
+    checked = env.run("check", "--job", "old")
+    assert checked.returncode == 3, checked
+    assert checked.stdout.startswith("PGLOCK UNKNOWN - job 'old' was forgotten (pglock forget) at ")
     assert env.run("run", "--job", "old", "--rerun", "--", "true").returncode == 0
     jobs = json.loads(env.run("status", "--json").stdout)["jobs"]
     assert [j["job"] for j in jobs] == ["kept", "old"]

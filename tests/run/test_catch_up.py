@@ -202,3 +202,26 @@ def test_a_long_run_that_skips_two_slots_is_seen_everywhere(env: Env) -> None:
     assert check.returncode == 1, check.stdout
     assert "2 slots in a row skipped while a run of an earlier slot was still going" \
         in check.stdout
+
+
+def test_a_host_clock_hours_fast_catches_up_no_slot_the_database_has_not_reached(
+        env: Env) -> None:
+    """Sweep N-L12: the slots between the last run and a fast host's own slot are in the
+    database's future; caught up, each would run hours before its time, and its own
+    trigger would then skip."""
+    marks = env.tmp / "marks"
+    now = datetime.now(UTC)
+    assert done(at(env, f"{now:%Y-%m-%d %H:%M:%S}", "run", "--job", "fast", *HOURLY,
+                   "--catch-up", "all", *marking(marks)))[0] == 0
+    ahead = now.timestamp() + 5 * 3600
+    fast = datetime.fromtimestamp(ahead, UTC)
+    code, out, err = done(at(env, f"{fast:%Y-%m-%d %H:%M:%S}", "run", "--job", "fast",
+                             *HOURLY, "--catch-up", "all", *marking(marks)))
+    assert (code, out) == (0, ""), err
+    assert "job 'fast': not catching up 4 slots ahead of the database's clock" in err
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    # Its own slot ran (the host's clock is the cron daemon's), none of the four between.
+    slots = [line.split()[0] for line in marks.read_text().splitlines()]
+    assert len(slots) == 2, slots
+    assert len(env.runs("fast")) == 2
+    assert not [row for row in env.query("SELECT caught_up FROM {schema}.slots") if row[0]]

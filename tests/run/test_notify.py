@@ -170,6 +170,27 @@ def test_a_hanging_hook_is_killed_at_the_hook_timeout(env: Env) -> None:
         f"/proc/{sleeper}/status").read_text()
 
 
+@pytest.mark.slow
+def test_a_sigterm_during_a_hook_ends_the_hook_too(env: Env) -> None:
+    """The hook runs in a session of its own (a timeout kills its group): a SIGTERM to
+    pglock meanwhile must not leave it running on past pglock (sweep L21)."""
+    pidfile, done = env.tmp / "hook.pid", env.tmp / "hook.done"
+    holder = env.popen("run", "--job", "hooked", "--on-failure",
+                       f"sleep 30 & echo $! > {pidfile}; wait; touch {done}", "--", "false")
+    env.wait_for(lambda: pidfile.exists() and pidfile.read_text().strip(), what="the hook")
+    sleeper = int(pidfile.read_text())
+    holder.send_signal(signal.SIGTERM)
+    holder.communicate(timeout=30)
+    assert holder.returncode == 143
+
+    def gone() -> bool:
+        status = Path(f"/proc/{sleeper}/status")
+        return not status.exists() or "State:\tZ" in status.read_text()
+
+    env.wait_for(gone, timeout=10, what="the hook's child to end")
+    assert not done.exists()
+
+
 def test_recovery_fires_once_after_a_failure(env: Env) -> None:
     recovered = env.tmp / "recovered"
     hook = f'echo "$PGLOCK_PREVIOUS_OUTCOME $PGLOCK_RUN_ID" >> {recovered}'

@@ -37,8 +37,11 @@ CACHE = Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "pglo
 DEB_PGLOCK = "/usr/bin/pglock"
 SINGLE = "/usr/local/bin/pglock-single"
 BOTH = [pytest.param(DEB_PGLOCK, id="deb"), pytest.param(SINGLE, id="single-file")]
-# What dpkg, man-db and the single file's first run (~/.cache/pex) write: not the package's.
-OWN_STATE = ("var/lib/dpkg/", "var/cache/man/", "var/log/", "root/.cache/", "pkg/")
+# What dpkg, man-db and the single file's first run (root's: /var/cache/pglock/pex, a
+# user's: ~/.cache/pex) write: not the package's.
+SHARED_PEX_ROOT = "var/cache/pglock/pex"
+OWN_STATE = ("var/lib/dpkg/", "var/cache/man/", "var/log/", "root/.cache/", "pkg/",
+             "var/cache/pglock/")
 
 
 # ---------------------------------------------------------------- the lock (fast)
@@ -218,7 +221,32 @@ def test_the_single_file_execs_its_installed_venv_after_the_first_run(
     match = re.search(r'INSTALLED_PEX="\$\{PEX_ROOT\}/([^"]+)"', header)
     assert match, header
     assert installed.host.sh(f"{SINGLE} --version").returncode == 0
-    assert (installed.host.root / "root/.cache/pex" / match.group(1) / "bin/python").exists()
+    # Root's first run installs it where every user's runs find it (docs/fleet.md).
+    assert (installed.host.root / SHARED_PEX_ROOT / match.group(1) / "bin/python").exists()
+    assert not (installed.host.root / "root/.cache/pex").exists()
+
+
+@pytest.mark.slow
+def test_the_single_file_is_fast_and_silent_for_a_user_without_a_writable_home(
+        installed: Installed) -> None:
+    """A cron job's service account (HOME=/nonexistent) once root has run the file: it
+    execs the shared environment (PEX_VERBOSE would name the slow path's re-exec), writes
+    nothing anywhere (not even pex's cache time stamp), unpacks nothing into /tmp."""
+    host = installed.host
+    assert host.sh(f"{SINGLE} --version").returncode == 0  # the deploy-time run, as root
+    shared = host.root / SHARED_PEX_ROOT
+    before = {path: path.stat().st_mtime_ns for path in shared.rglob("*")}
+    as_nobody = ("setpriv --reuid=nobody --regid=nogroup --clear-groups "
+                 "env HOME=/nonexistent PEX_VERBOSE=1 ")
+    # /tmp holds the test server's socket directory (bound in): compared, not required empty.
+    done = host.sh(f"ls -A /tmp && echo -- && {as_nobody}{SINGLE} --version && "
+                   f"{as_nobody}{SINGLE} init --print-sql > /dev/null && echo -- && ls -A /tmp")
+    assert (done.returncode, done.stderr) == (0, ""), done
+    tmp_before, version, tmp_after = done.stdout.split("--\n")
+    assert version.startswith(f"pglock {pglock.__version__} (pex, "), done.stdout
+    assert tmp_after == tmp_before, "something was unpacked into /tmp: " + done.stdout
+    assert {path: path.stat().st_mtime_ns for path in shared.rglob("*")} == before
+    assert not (host.root / "nonexistent").exists()
 
 
 @pytest.mark.slow

@@ -56,6 +56,32 @@ RUN = ("run", "--job", "x")
 
 # argv -> exit code, the one line on stderr (stdout stays empty).
 USAGE = [
+    # --print-grants SQL that would fail when applied (sweep L18).
+    *(pytest.param(("init", "--print-grants", option, role), 2,
+                   f"pglock: {option}: {role!r} is {why}; name the login role that is to be "
+                   "a member", id=f"grants-{option}-{role}")
+      for option, role, why in (
+          ("--runner-role", "pglock_runner", "one of pglock's own group roles"),
+          ("--reader-role", "pglock_operator", "one of pglock's own group roles"),
+          ("--operator-role", "public", "PostgreSQL's name for every role, not a role"),
+          ("--runner-role", "pg_monitor", "one of PostgreSQL's reserved roles"))),
+    # Accepted without effect, once (issue 37, N-L11).
+    pytest.param((*RUN, "--catch-up-limit", "5", "--", "true"), 2,
+                 "pglock: --catch-up-limit needs --catch-up latest or all",
+                 id="catch-up-limit-alone"),
+    pytest.param((*RUN, "--schedule", "@daily", "--catch-up-limit", "5", "--", "true"), 2,
+                 "pglock: --catch-up-limit needs --catch-up latest or all",
+                 id="catch-up-limit-without-catch-up"),
+    pytest.param((*RUN, "--expect-duration", "1s..5s", "--expect-duration", "..9s", "--",
+                  "true"), 2, "pglock: --expect-duration: given 2 times; it takes one value",
+                 id="expect-duration-twice"),
+    pytest.param((*RUN, "--ttl=1m", "--ttl", "2m", "--", "true"), 2,
+                 "pglock: --ttl: given 2 times; it takes one value", id="ttl-twice"),
+    pytest.param(("history", "--limit", "5", "--limit", "9"), 2,
+                 "pglock: --limit: given 2 times; it takes one value", id="history-limit-twice"),
+    pytest.param((*RUN, "--event-log", "  ", "--", "true"), 2,
+                 "pglock: --event-log: give a file path, 'syslog' or 'syslog:/path/to/socket'",
+                 id="event-log-blank"),
     pytest.param(("run", "--", "true"), 2,
                  "pglock: --job is missing: pglock run --job NAME [-- COMMAND [ARG...]]",
                  id="run-without-job"),
@@ -113,7 +139,8 @@ USAGE = [
                  "pglock: --output-tail: '4 lots' is not a size (examples: 0, 4096, 4KiB, 1MiB)",
                  id="bad-tail"),
     pytest.param((*RUN, "--schema", "", "--", "true"), 2,
-                 "pglock: --schema: '' is not a usable schema name (1-63 bytes)",
+                 "pglock: --schema: '' is not a usable schema name (1-63 bytes, "
+                 "no control characters)",
                  id="empty-schema"),
     pytest.param((*RUN, "--tz", "UTC", "--", "true"), 2, "pglock: --tz needs --schedule",
                  id="tz-without-schedule"),
@@ -164,7 +191,8 @@ USAGE = [
                  id="unknown-command"),
     # The operator commands refuse bad input before they connect, too.
     pytest.param(("init", "--print-sql", "--schema", "x" * 64), 2,
-                 f"pglock: --schema: {'x' * 64!r} is not a usable schema name (1-63 bytes)",
+                 f"pglock: --schema: {'x' * 64!r} is not a usable schema name (1-63 bytes, "
+                 "no control characters)",
                  id="init-long-schema"),
     pytest.param(("history", "--outcome", "exploded"), 2,
                  "pglock: --outcome: 'exploded' is not one of running, succeeded, failed, "

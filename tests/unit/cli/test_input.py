@@ -26,23 +26,56 @@ def one_line(stderr: str) -> str:
 # Config files --------------------------------------------------------------------------
 
 
-@pytest.mark.parametrize(("content", "mentions"), [
-    ("schema = 5\n", "schema must be a non-empty string"),
-    ("dsn = 5\n", "dsn must be a non-empty string"),
-    ("dsn = ''\n", "dsn must be a non-empty string"),
-    ("schema = ['a']\n", "schema must be a non-empty string"),
-    ("dsm = 'host=db'\n",
+DEEP = "x = " + "[" * 5000 + "]" * 5000 + "\n"
+
+
+@pytest.mark.parametrize(("content", "code", "mentions"), [
+    ("schema = 5\n", 125, "schema must be a non-empty string"),
+    ("dsn = 5\n", 125, "dsn must be a non-empty string"),
+    ("dsn = ''\n", 125, "dsn must be a non-empty string"),
+    ("dsn = '   '\n", 125, "dsn must be a non-empty string"),
+    ("schema = ' '\n", 125, "schema must be a non-empty string"),
+    ('dsn = "host=127.0.0.1\\u0000 dbname=nope"\n', 125, "dsn contains a NUL character"),
+    ("schema = ['a']\n", 125, "schema must be a non-empty string"),
+    ("dsm = 'host=db'\n", 125,
      "unknown key 'dsm' (known: dsn, schema, embedded, embedded_linger, jobs)"),
-    ("jobs = 'x'\n", "jobs must be tables, one per job ([jobs.NAME])"),
-    ("[dsn]\nhost = 'db'\n", "dsn must be a non-empty string"),
+    ("embedded_linger = true\n", 125,
+     'embedded_linger must be a duration ("10m") or a number of seconds'),
+    # The jobs file's shape is bad input, as a bad table in it is.
+    ("jobs = 'x'\n", 2, "jobs must be tables, one per job ([jobs.NAME])"),
+    ("jobs = 5\n", 2, "jobs must be tables, one per job ([jobs.NAME])"),
+    ("[[jobs]]\ncommand = ['true']\n", 2, "jobs must be tables, one per job ([jobs.NAME])"),
+    ("[dsn]\nhost = 'db'\n", 125, "dsn must be a non-empty string"),
+    (DEEP, 125, "nested too deeply"),
+    ("# " + "x" * (4 << 20) + "\n", 125, "larger than 4 MiB; not a config file"),
 ])
-def test_every_config_key_is_checked(tmp_path: Path, content: str, mentions: str) -> None:
+def test_every_config_key_is_checked(tmp_path: Path, content: str, code: int,
+                                     mentions: str) -> None:
     path = tmp_path / "config.toml"
     path.write_text(content)
     called = invoke(*RUN, "--", "true", env={"PGLOCK_CONFIG": str(path)})
-    assert called.code == 125
+    assert called.code == code
     line = one_line(called.stderr)
     assert f"config file {path}: {mentions}" in line
+    # check answers UNKNOWN with the same words.
+    checked = invoke("check", env={"PGLOCK_CONFIG": str(path)})
+    assert checked.code == 3
+    assert checked.stdout.startswith("PGLOCK UNKNOWN - ") and mentions in checked.stdout
+
+
+def test_an_endless_config_file_is_read_no_further_than_the_limit() -> None:
+    called = invoke("status", env={"PGLOCK_CONFIG": "/dev/zero"})
+    assert called.code == 125
+    assert one_line(called.stderr) == ("pglock: config file /dev/zero: larger than 4 MiB; not "
+                                       "a config file\n")
+
+
+@pytest.mark.parametrize("value", ["", "  "])
+def test_an_empty_config_variable_is_refused_not_skipped(value: str) -> None:
+    called = invoke("status", env={"PGLOCK_CONFIG": value})
+    assert called.code == 125
+    assert one_line(called.stderr) == ("pglock: PGLOCK_CONFIG: empty; unset it to read the "
+                                       "default config files\n")
 
 
 def test_a_config_file_with_a_non_utf8_name_is_named_escaped(tmp_path: Path) -> None:

@@ -15,6 +15,8 @@ from pglock.db import database, redact
     ("postgresql://db/app@eu", "db:5432/app@eu"),
     ("postgresql://db/app@eu?user=ops", "db:5432/app@eu"),
     ("postgresql://ops:pw@db:6432/app%40eu", "db:6432/app@eu"),
+    ("postgresql://postgres@127.0.0.1:5433/a@b", "127.0.0.1:5433/a@b"),  # sweep L11
+    ("postgresql://ops@db/app@eu", "db:5432/app@eu"),
 ])
 def test_an_at_in_the_database_name_is_shown_as_written(conninfo: str, shown: str) -> None:
     assert not redact.misread(conninfo)

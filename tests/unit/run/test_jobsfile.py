@@ -109,6 +109,12 @@ BAD = [
     pytest.param('[jobs.x]\ncommand = ["true"]\nping-url = "https://h/secret "\n',
                  "[jobs.x] ping-url: a space, control or non-ASCII character at position 17 "
                  "(percent-encode it)", id="ping-url-n6"),
+    pytest.param('[jobs.x]\ncommand = ["true"]\nevent-log = "  "\n',
+                 "[jobs.x] event-log: give a file path, 'syslog' or 'syslog:/path/to/socket'",
+                 id="event-log-blank"),
+    pytest.param('[jobs.x]\ncommand = ["true"]\nschedule = "@daily"\ncatch-up-limit = 5\n',
+                 "[jobs.x]: --catch-up-limit needs --catch-up latest or all",
+                 id="catch-up-limit-without-catch-up"),
     pytest.param("[jobs]\nx = 5\n",
                  "[jobs.x]: must be a table of the job's command and options (command = [...], "
                  'schedule = "...", ...)', id="not-a-table"),

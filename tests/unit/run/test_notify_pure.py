@@ -31,6 +31,7 @@ def fresh_logging() -> Iterator[None]:
     (["--hook-timeout", "0"], "--hook-timeout: 0 is out of range (more than 0 to 1d)"),
     (["--on-failure", "  "], "--on-failure: the hook command is empty"),
     (["--event-log", ""], "--event-log: give a file path, 'syslog' or"),
+    (["--event-log", "  "], "--event-log: give a file path, 'syslog' or"),
     (["--event-log", "syslog:"], "--event-log: 'syslog:' needs a socket path after the colon"),
 ])
 def test_bad_notify_options_are_one_line_and_exit_2(args: list[str], message: str,
@@ -163,3 +164,18 @@ def test_a_redirect_to_another_scheme_is_not_followed() -> None:
     [told] = pinger.told
     assert told == ("ping /start", False, "HTTP 307 refused: a redirect to another scheme")
     assert len(asked) == 1
+
+
+def test_events_lost_on_a_full_disk_are_said_once(caplog: pytest.LogCaptureFixture) -> None:
+    """/dev/full takes the open and refuses every write (ENOSPC), as a full disk does."""
+    from pglock.run.events import EventLog
+
+    caplog.set_level(logging.INFO, logger="pglock.run.events")
+    log = EventLog("/dev/full", job="j", holder="h")
+    for event in ("acquired", "started", "finished"):
+        log.emit(event)
+    log.close()
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == ["--event-log /dev/full: an event could not be written (No space left "
+                        "on device); events of this run may be missing"]
+    assert caplog.text.count("event not written: [Errno 28]") == 2

@@ -140,11 +140,44 @@ def test_schema_name(option: str | None, file: str, schema: str,
     assert config.configured_schema(option) == schema
 
 
-@pytest.mark.parametrize("name", ["", "x" * 64, "ü" * 32, "a\x00b"])
-def test_unusable_schema_names_are_usage_errors(name: str) -> None:
+@pytest.mark.parametrize(("name", "shown"), [
+    ("", "''"), (" ", "' '"), ("\t", "'^I'"), ("x" * 64, repr("x" * 64)),
+    ("ü" * 32, repr("ü" * 32)), ("a\x00b", "'a^@b'"), ("fz4_\x1b[31mred", "'fz4_^[[31mred'"),
+    ("fz4_\nX", "'fz4_^JX'"), ("a\x85b", "'a\\x85b'"),
+])
+def test_unusable_schema_names_are_usage_errors(name: str, shown: str) -> None:
     with pytest.raises(UsageError) as raised:
         config.configured_schema(name)
-    assert str(raised.value) == f"--schema: {name!r} is not a usable schema name (1-63 bytes)"
+    assert str(raised.value) == (f"--schema: {shown} is not a usable schema name (1-63 bytes, "
+                                 "no control characters)")
+
+
+@pytest.mark.parametrize("name", ["public", "information_schema", "pg_catalog", "pg_x"])
+def test_postgresqls_own_schemas_are_refused(name: str) -> None:
+    with pytest.raises(UsageError) as raised:
+        config.configured_schema(name)
+    assert str(raised.value) == (f"--schema: {name!r} is PostgreSQL's own schema; pglock "
+                                 "needs one of its own (the default is pglock)")
+
+
+@pytest.mark.parametrize(("value", "seconds"), [
+    ("0", 0.0), ("90", 90.0), ("2.5", 2.5), ('"10m"', 600.0), ('"0"', 0.0)])
+def test_embedded_linger_is_a_duration_or_a_number_of_seconds(
+        value: str, seconds: float, config_file: ConfigFile,
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGLOCK_EMBEDDED_LINGER", raising=False)
+    path = config_file(f"embedded_linger = {value}")
+    assert config.embedded_linger(*config.read_config_file()) == seconds
+    assert config.read_config_file()[0] == path
+
+
+@pytest.mark.parametrize("value", ["-1", "nan", "inf", str(8 * 86400)])
+def test_embedded_linger_out_of_range_is_refused(value: str, config_file: ConfigFile,
+                                                 monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.delenv("PGLOCK_EMBEDDED_LINGER", raising=False)
+    config_file(f"embedded_linger = {value}")
+    with pytest.raises(ConfigError, match=r"embedded_linger: .* is out of range"):
+        config.embedded_linger(*config.read_config_file())
 
 
 def test_an_unusable_schema_in_the_config_file_is_refused(config_file: ConfigFile) -> None:

@@ -2,10 +2,14 @@
 
 from __future__ import annotations
 
+import time
+from collections.abc import Iterator
+from datetime import datetime, timedelta
+
 import pytest
 
 from pglock.errors import ExitStatus, UsageError
-from pglock.settings.durations import format_duration, parse_duration, parse_size
+from pglock.settings.durations import check_moment, format_duration, parse_duration, parse_size
 
 
 @pytest.mark.parametrize(("text", "seconds"), [
@@ -101,3 +105,37 @@ def test_durations_format(seconds: float, shown: str) -> None:
 @pytest.mark.parametrize(("seconds", "shown"), [(0.9996, "1.0s"), (59.6, "1m00s")])
 def test_rounding_up_moves_to_the_next_unit(seconds: float, shown: str) -> None:
     assert format_duration(seconds) == shown
+
+
+def _next_spring_forward() -> datetime:
+    """02:30 on the next last Sunday of March: a local time Europe/Berlin skips."""
+    today = datetime.now()
+    for year in (today.year, today.year + 1):
+        day = datetime(year, 3, 31, 2, 30)
+        day -= timedelta(days=(day.weekday() + 1) % 7)
+        if day > today + timedelta(days=1):
+            return day
+    raise AssertionError("no spring forward ahead")
+
+
+@pytest.fixture
+def berlin(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    monkeypatch.setenv("TZ", "Europe/Berlin")
+    time.tzset()
+    yield
+    monkeypatch.undo()
+    time.tzset()
+
+
+@pytest.mark.usefixtures("berlin")
+def test_a_local_time_the_clocks_skip_is_refused() -> None:
+    gap = _next_spring_forward()
+    text = gap.isoformat(timespec="minutes")
+    with pytest.raises(UsageError) as raised:
+        check_moment(gap, "--until", text)
+    assert str(raised.value) == (f"--until: {text} is not a time here: the clocks skip it "
+                                 "(daylight saving time begins); give a time after the change")
+    # An hour later exists, and an hour earlier: taken as written.
+    for hours in (-1, 1):
+        moment = gap + timedelta(hours=hours)
+        assert check_moment(moment, "--until", "x").replace(tzinfo=None) == moment

@@ -1,0 +1,166 @@
+"""Every operator screen on a real pseudo-terminal, as a person sees it: the rich path
+(table fitting, column dropping, Live for --watch) runs only when standard output is a
+terminal, so pipes alone never exercise it."""
+
+from __future__ import annotations
+
+import errno
+import fcntl
+import os
+import re
+import select
+import signal
+import struct
+import subprocess
+import termios
+import time
+from dataclasses import dataclass
+
+import pytest
+from conftest import PGLOCK, Env
+from rich.cells import cell_len
+
+WIDTHS = (60, 80, 160, 200)
+WIDE = "漢字ジョブ"
+# Escape sequences a terminal acts on without printing: CSI (colours, cursor moves),
+# OSC (titles, links), and the two-byte ones.
+CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)|\x1b[@-Z\\-_]")
+
+
+@dataclass
+class Shown:
+    returncode: int
+    raw: bytes
+
+    @property
+    def text(self) -> str:
+        """What the terminal showed, without escape sequences or carriage returns."""
+        return _visible(self.raw)
+
+    def first_frame(self, heading: str) -> str:
+        """The text of the first screen of a Live display (its redraws start again with
+        the screen's heading)."""
+        text = self.text
+        second = text.find(heading, text.find(heading) + 1)
+        return text if second < 0 else text[:second]
+
+
+def on_terminal(env: Env, columns: int, *args: str, interrupt_on: str | None = None,
+                timeout: float = 60) -> Shown:
+    """Run pglock with standard output (and error) on a pseudo-terminal `columns` wide.
+
+    With `interrupt_on`, send SIGINT (a person's Ctrl-C) once that text has been shown."""
+    master, slave = os.openpty()
+    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    environment = {key: value for key, value in env.env.items()
+                   if key not in ("COLUMNS", "LINES", "NO_COLOR")}
+    environment["TERM"] = "xterm-256color"
+    process = subprocess.Popen([PGLOCK, *args], stdin=slave, stdout=slave, stderr=slave,
+                               env=environment, start_new_session=True)
+    os.close(slave)
+    raw = b""
+    interrupted = False
+    deadline = time.monotonic() + timeout
+    try:
+        while time.monotonic() < deadline:
+            ready, _, _ = select.select([master], [], [], 0.2)
+            if ready:
+                try:
+                    chunk = os.read(master, 65536)
+                except OSError as error:  # EIO: every writer of the terminal has gone
+                    if error.errno != errno.EIO:
+                        raise
+                    break
+                if not chunk:
+                    break
+                raw += chunk
+            if (interrupt_on is not None and not interrupted
+                    and interrupt_on in _visible(raw)):
+                process.send_signal(signal.SIGINT)
+                interrupted = True
+        else:
+            raise AssertionError(f"pglock {' '.join(args)} did not end: {_visible(raw)!r}")
+        returncode = process.wait(timeout=30)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        os.close(master)
+    return Shown(returncode, raw)
+
+
+def _visible(raw: bytes) -> str:
+    return CONTROL.sub("", raw.decode("utf-8", "replace")).replace("\r", "")
+
+
+SCREENS = [
+    pytest.param(("status",), "ok-job", id="status"),
+    pytest.param(("status", "--all"), WIDE, id="status-all"),
+    pytest.param(("status", "--job", "ok-job"), "recent runs of ok-job", id="status-job"),
+    pytest.param(("status", "--job", "sched-job"), "sched-job", id="status-job-scheduled"),
+    pytest.param(("status", "--job", WIDE), WIDE, id="status-job-wide"),
+    pytest.param(("history",), "fail-job", id="history"),
+    pytest.param(("history", "--job", "ok-job"), "ok-job", id="history-job"),
+    pytest.param(("history", "--output"), "a-line-of-output", id="history-output"),
+    pytest.param(("jobs",), "sched-job", id="jobs"),
+    pytest.param(("check",), "PGLOCK", id="check"),
+    pytest.param(("doctor",), "schema", id="doctor"),
+]
+
+
+# check: CRITICAL for the failed jobs; doctor: WARN for a server without a standby.
+CODES = {"check": (2,), "doctor": (0, 1)}
+
+
+def _jobs(env: Env) -> None:
+    assert env.run("run", "--job", "ok-job", "--", "true").returncode == 0
+    assert env.run("run", "--job", "fail-job", "--", "sh", "-c",
+                   "echo a-line-of-output; exit 3").returncode == 3
+    assert env.run("run", "--job", "sched-job", "--schedule", "*/5 * * * *", "--",
+                   "true").returncode == 0
+    assert env.run("run", "--job", WIDE, "--", "true").returncode == 0
+    assert env.run("run", "--job", "a-job-whose-name-is-rather-long-for-a-narrow-screen",
+                   "--", "false").returncode == 1
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_every_screen_fits_a_real_terminal(env: Env, columns: int) -> None:
+    _jobs(env)
+    problems = []
+    for param in SCREENS:
+        args, expected = param.values
+        shown = on_terminal(env, columns, *args)
+        problems.extend(_judged(param.id, shown, expected, columns,
+                                codes=CODES.get(args[0], (0,))))
+    assert not problems, "\n".join(problems)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("columns", WIDTHS)
+def test_the_watch_screen_fits_a_real_terminal(env: Env, columns: int) -> None:
+    _jobs(env)
+    for args in (("status", "--watch", "--interval", "1s"),
+                 ("status", "--watch", "--interval", "1s", "--job", "ok-job")):
+        shown = on_terminal(env, columns, *args, interrupt_on="ok-job")
+        problems = _judged(" ".join(args), shown, "ok-job", columns, codes=(0,),
+                           text=shown.first_frame("pglock status:"))
+        assert not problems, "\n".join(problems)
+
+
+def _judged(what: str, shown: Shown, expected: str, columns: int,
+            codes: tuple[int, ...], text: str | None = None) -> list[str]:
+    problems = []
+    text = shown.text if text is None else text
+    if shown.returncode not in codes:
+        problems.append(f"{what} at {columns}: exit {shown.returncode}")
+    if "internal error" in shown.text or "Traceback" in shown.text:
+        problems.append(f"{what} at {columns}: an error: {shown.text!r}")
+    if expected not in text:
+        problems.append(f"{what} at {columns}: {expected!r} not shown: {text!r}")
+    # check's first line is a monitoring plugin's answer, one line by its protocol: the
+    # terminal breaks it as it must.
+    for line in text.splitlines() if not what.startswith("check") else ():
+        if cell_len(line) > columns:
+            problems.append(f"{what} at {columns}: a line of {cell_len(line)} cells: {line!r}")
+    return problems
