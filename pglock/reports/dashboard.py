@@ -8,6 +8,7 @@ rates only for the jobs shown, a timeline's lanes and bars capped, the audit log
 
 from __future__ import annotations
 
+from bisect import bisect_left, bisect_right
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -93,8 +94,6 @@ MOST_LANES = 60
 MOST_BARS = 5000
 # A run that started this long before a timeline's window is looked for in it.
 REACH = timedelta(days=1)
-# The cron arithmetic of a calendar's missed slots stops after this many fire times.
-MOST_FIRES = 20_000
 
 
 @dataclass(frozen=True)
@@ -231,19 +230,66 @@ def calendar(conn: psycopg.Connection[Any], schema_name: str, days: int, *,
 
 def _fires_by_day(plan: Any, first: datetime, now: datetime) -> dict[Any, int]:
     """Fire times of the schedule from `first` (the window's start, or the job's first run)
-    until a grace before now, by day (UTC)."""
+    until a grace before now, by day (UTC).
+
+    Counted a day at a time, not a fire time at a time (a minutely job fires 527,040
+    times a year): on a day the schedule fires, it fires at the minutes of its minute and
+    hour fields, so one lookup finds the next such day and arithmetic counts its fire
+    times in each UTC day it spans. A day with a change of UTC offset (DST) is counted
+    fire time by fire time, as cron fires then. At most about two lookups a day of the
+    window, and 1,500 for each DST day.
+    """
+    from croniter import croniter
+
     from pglock.settings import schedule
 
-    counts: dict[Any, int] = {}
-    moment = first - timedelta(microseconds=1)
+    tz = plan.tz
+    minutes, hours = croniter(plan.expr).expanded[:2]
+    in_day = sorted(60 * h + m for h in (range(24) if hours == ["*"] else hours)
+                    for m in (range(60) if minutes == ["*"] else minutes))
     end = now - timedelta(minutes=10)
-    for _ in range(MOST_FIRES):
-        moment = schedule.next_after(plan, moment)
-        if moment > end:
-            break
+    counts: dict[Any, int] = {}
+
+    def count(moment: datetime) -> None:
         day = moment.astimezone(UTC).date()
         counts[day] = counts.get(day, 0) + 1
-    return counts
+
+    moment = first - timedelta(microseconds=1)
+    while True:
+        found = schedule.next_after(plan, moment)
+        if found > end:
+            return counts
+        local = found.astimezone(tz)
+        midnight = datetime.combine(local.date(), datetime.min.time())
+        start = midnight.replace(tzinfo=tz)
+        after = (midnight + timedelta(days=1)).replace(tzinfo=tz)
+        if start.utcoffset() != after.utcoffset() or start.astimezone(UTC).astimezone(
+                tz).replace(tzinfo=None) != midnight:
+            # A change of offset this day: each fire time as cron reads it.
+            while found < after and found <= end:
+                count(found)
+                found = schedule.next_after(plan, found)
+            moment = found - timedelta(microseconds=1)
+            continue
+        base = start.astimezone(UTC)
+        low = bisect_left(in_day, _minutes(found - base))
+        high = bisect_right(in_day, _minutes(end - base, floor=True))
+        # The day's fire times from `found` on, split at the UTC midnight it may span.
+        utc_midnight = datetime.combine(base.date() + timedelta(days=1), datetime.min.time(),
+                                        UTC)
+        split = max(low, min(high, bisect_left(in_day, _minutes(utc_midnight - base))))
+        if split > low:
+            counts[base.date()] = counts.get(base.date(), 0) + split - low
+        if high > split:
+            day = utc_midnight.date()
+            counts[day] = counts.get(day, 0) + high - split
+        moment = after.astimezone(UTC) - timedelta(microseconds=1)
+
+
+def _minutes(span: timedelta, floor: bool = False) -> float:
+    """A span in minutes (whole minutes, rounded down, with `floor`)."""
+    minutes = span.total_seconds() / 60
+    return float(int(minutes // 1)) if floor else minutes
 
 
 def next_fires(plan: Any, now: datetime, count: int = 5) -> list[datetime]:

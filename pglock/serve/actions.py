@@ -22,7 +22,6 @@ from pglock.cli import screens
 from pglock.errors import NothingDone
 from pglock.operate import admin, control
 from pglock.reports import status
-from pglock.reports.jobs import State
 from pglock.serve.site import Denied, Site, page
 from pglock.settings.config import check_job
 from pglock.settings.durations import check_reason
@@ -141,14 +140,12 @@ def perform(site: Site, form: dict[str, str], who: str) -> str:
 
 def _clear(site: Site, conn: psycopg.Connection[Any], job: str, reason: str, who: str) -> str:
     shown = status.one(conn, site.schema, job)
-    # The command's judgement and words; the dashboard has no --now (its clear frees the
-    # lock one ttl later), so a cleared lock is only shown.
+    # The command's judgement and words (a lock cleared already is cleared again, as
+    # `clear --now` would: the dashboard's clear is the one it has).
     nothing = screens.nothing_to_clear(job, shown, now=True)
     if nothing is not None:
         raise NothingDone(nothing)
     assert shown is not None
-    if shown.lock_state is State.CLEARED:
-        raise NothingDone(screens.holder_line(shown))
     done = admin.clear(conn, site.schema, shown, reason=reason, now=False, by=who)
     if done is None:
         raise NothingDone(screens.CHANGED_HANDS.format(job=job))

@@ -152,7 +152,9 @@ def host_allowed(host: str | None, hosts: frozenset[str] | None) -> bool:
         return True
     name = (host or "").strip().lower()
     if name.startswith("["):
-        name = name[1:].partition("]")[0]
+        name, bracket, _ = name[1:].partition("]")
+        if not bracket:
+            return False
     elif name.count(":") == 1:
         name = name.partition(":")[0]
     return name in hosts
