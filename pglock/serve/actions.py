@@ -140,8 +140,8 @@ def perform(site: Site, form: dict[str, str], who: str) -> str:
 
 def _clear(site: Site, conn: psycopg.Connection[Any], job: str, reason: str, who: str) -> str:
     shown = status.one(conn, site.schema, job)
-    # The command's judgement and words (a lock cleared already is cleared again, as
-    # `clear --now` would: the dashboard's clear is the one it has).
+    # The command's judgement and words; a lock cleared already may be cleared again
+    # (with this reason), as the dashboard always allowed.
     nothing = screens.nothing_to_clear(job, shown, now=True)
     if nothing is not None:
         raise NothingDone(nothing)

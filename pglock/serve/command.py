@@ -62,6 +62,7 @@ def _unix_bound(text: str) -> socket.socket:
     kept = os.umask(0o117)  # made srw-rw---- from the start: no moment open to others
     try:
         sock.bind(path)
+        sock.listen(128)  # connections wait from the start line on, not refused
     except OSError as error:
         raise UsageError(f"--listen: cannot listen on {shown(path)!r}: "
                          f"{error.strerror or error}") from None
@@ -235,4 +236,4 @@ def serve(
     finally:
         if unix:
             with contextlib.suppress(OSError):
-                os.unlink(sock.getsockname())
+                os.unlink(listen.strip()[len(UNIX):])
