@@ -8,7 +8,7 @@ rates only for the jobs shown, a timeline's lanes and bars capped, the audit log
 
 from __future__ import annotations
 
-from bisect import bisect_left, bisect_right
+from bisect import bisect_left
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -235,9 +235,9 @@ def _fires_by_day(plan: Any, first: datetime, now: datetime) -> dict[Any, int]:
     Counted a day at a time, not a fire time at a time (a minutely job fires 527,040
     times a year): on a day the schedule fires, it fires at the minutes of its minute and
     hour fields, so one lookup finds the next such day and arithmetic counts its fire
-    times in each UTC day it spans. A day with a change of UTC offset (DST) is counted
-    fire time by fire time, as cron fires then. At most about two lookups a day of the
-    window, and 1,500 for each DST day.
+    times in each UTC day it spans. Around a change of UTC offset (DST), two hours each
+    side are stepped through fire time by fire time, as cron fires then (a repeated hour,
+    a skipped one). At most a lookup per day of the window, and 240 per DST change.
     """
     from croniter import croniter
 
@@ -248,48 +248,66 @@ def _fires_by_day(plan: Any, first: datetime, now: datetime) -> dict[Any, int]:
     in_day = sorted(60 * h + m for h in (range(24) if hours == ["*"] else hours)
                     for m in (range(60) if minutes == ["*"] else minutes))
     end = now - timedelta(minutes=10)
+    until = end + timedelta(microseconds=1)  # `end` itself included
     counts: dict[Any, int] = {}
 
-    def count(moment: datetime) -> None:
-        day = moment.astimezone(UTC).date()
-        counts[day] = counts.get(day, 0) + 1
+    def stepped(found: datetime, before: datetime) -> None:
+        """Each fire time from `found` on, before `before`."""
+        while found < before and found <= end:
+            day = found.astimezone(UTC).date()
+            counts[day] = counts.get(day, 0) + 1
+            found = schedule.next_after(plan, found)
+
+    def counted(base: datetime, low: datetime, high: datetime) -> None:
+        """The fire times base + m minutes (m of the day's) within [low, high)."""
+        if high <= low:
+            return
+        first_m = bisect_left(in_day, (low - base) / _MINUTE)
+        last_m = bisect_left(in_day, (high - base) / _MINUTE)
+        midnight = datetime.combine(base.date() + timedelta(days=1), datetime.min.time(), UTC)
+        split = max(first_m, min(last_m, bisect_left(in_day, (midnight - base) / _MINUTE)))
+        for day, number in ((base.date(), split - first_m), (midnight.date(), last_m - split)):
+            if number:
+                counts[day] = counts.get(day, 0) + number
 
     moment = first - timedelta(microseconds=1)
-    while True:
-        found = schedule.next_after(plan, moment)
-        if found > end:
-            return counts
-        local = found.astimezone(tz)
-        midnight = datetime.combine(local.date(), datetime.min.time())
-        start = midnight.replace(tzinfo=tz)
-        after = (midnight + timedelta(days=1)).replace(tzinfo=tz)
-        if start.utcoffset() != after.utcoffset() or start.astimezone(UTC).astimezone(
-                tz).replace(tzinfo=None) != midnight:
-            # A change of offset this day: each fire time as cron reads it.
-            while found < after and found <= end:
-                count(found)
-                found = schedule.next_after(plan, found)
-            moment = found - timedelta(microseconds=1)
-            continue
-        base = start.astimezone(UTC)
-        low = bisect_left(in_day, _minutes(found - base))
-        high = bisect_right(in_day, _minutes(end - base, floor=True))
-        # The day's fire times from `found` on, split at the UTC midnight it may span.
-        utc_midnight = datetime.combine(base.date() + timedelta(days=1), datetime.min.time(),
-                                        UTC)
-        split = max(low, min(high, bisect_left(in_day, _minutes(utc_midnight - base))))
-        if split > low:
-            counts[base.date()] = counts.get(base.date(), 0) + split - low
-        if high > split:
-            day = utc_midnight.date()
-            counts[day] = counts.get(day, 0) + high - split
-        moment = after.astimezone(UTC) - timedelta(microseconds=1)
+    while (found := schedule.next_after(plan, moment)) <= end:
+        wall = datetime.combine(found.astimezone(tz).date(), datetime.min.time())
+        start = wall.replace(tzinfo=tz).astimezone(UTC)
+        after = (wall + timedelta(days=1)).replace(tzinfo=tz).astimezone(UTC)
+        before, later = start.astimezone(tz).utcoffset(), after.astimezone(tz).utcoffset()
+        assert before is not None and later is not None
+        if start.astimezone(tz).replace(tzinfo=None) != wall:
+            stepped(found, after)  # midnight itself skipped by the change: step the day
+        elif before == later:
+            counted(start, found, min(after, until))
+        else:
+            change = _change(tz, start, after)
+            near, far = max(start, change - _NEAR), min(after, change + _NEAR)
+            counted(start, found, min(near, until))
+            stepped(found if found >= near else
+                    schedule.next_after(plan, near - timedelta(microseconds=1)), far)
+            counted(wall.replace(tzinfo=UTC) - later, max(found, far), min(after, until))
+        moment = after - timedelta(microseconds=1)
+    return counts
 
 
-def _minutes(span: timedelta, floor: bool = False) -> float:
-    """A span in minutes (whole minutes, rounded down, with `floor`)."""
-    minutes = span.total_seconds() / 60
-    return float(int(minutes // 1)) if floor else minutes
+_MINUTE = timedelta(minutes=1)
+# Stepped through fire time by fire time each side of a change of UTC offset.
+_NEAR = timedelta(hours=2)
+
+
+def _change(tz: Any, start: datetime, after: datetime) -> datetime:
+    """The moment (to the minute) between `start` and `after` where the offset changes."""
+    offset = start.astimezone(tz).utcoffset()
+    low, high = start, after
+    while high - low > _MINUTE:
+        middle = low + (high - low) / 2
+        if middle.astimezone(tz).utcoffset() == offset:
+            low = middle
+        else:
+            high = middle
+    return high
 
 
 def next_fires(plan: Any, now: datetime, count: int = 5) -> list[datetime]:
