@@ -164,25 +164,20 @@ def clear(
     from pglock.cli import screens
     from pglock.operate import admin
     from pglock.reports import status as core
-    from pglock.reports.jobs import State
 
     with connected(dsn, schema, connect_timeout, "clear") as (conn, _, name):
         admin.existing(conn, name)
         shown = core.one(conn, name, check_job(job))
         # An overdue job may still be held: its lock's own state decides.
-        held_states = (State.RUNNING, State.CLEARED)
-        held = shown is not None and shown.lock_state in held_states
-        if shown is None or not held:
-            _say(screens.nobody_line(job, shown), quiet)
+        nothing = screens.nothing_to_clear(job, shown, now=now)
+        if nothing is not None:
+            _say(nothing, quiet)
             return 0
-        if shown.lock_state is State.CLEARED and not now:
-            _say(screens.holder_line(shown) + " (--now frees it at once)", quiet)
-            return 0
+        assert shown is not None
         _confirm(yes, screens.holder_line(shown), "clear it")
         done = admin.clear(conn, name, shown, reason=reason, now=now, by=admin.operator())
         if done is None:
-            raise NothingDone(f"the lock of job {job!r} was released or changed hands "
-                              "meanwhile; nothing cleared (see pglock status)")
+            raise NothingDone(screens.CHANGED_HANDS.format(job=job))
         _say(screens.cleared_line(done), quiet)
         if terminate:
             _say(admin.terminate(conn, done.lock), quiet)

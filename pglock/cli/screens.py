@@ -530,6 +530,21 @@ def holder_line(job: Job) -> str:
     return text
 
 
+# The lock a clear was about to take was released or taken by another meanwhile.
+CHANGED_HANDS = ("the lock of job {job!r} was released or changed hands meanwhile; nothing "
+                 "cleared (see pglock status)")
+
+
+def nothing_to_clear(job_name: str, job: Job | None, *, now: bool) -> str | None:
+    """Why `clear` (the command's and the dashboard's) has nothing to do, or None: nobody
+    holds the lock (an expired one included), or it is cleared already and not `now`."""
+    if job is None or job.lock_state not in (State.RUNNING, State.CLEARED):
+        return nobody_line(job_name, job)
+    if job.lock_state is State.CLEARED and not now:
+        return holder_line(job) + " (--now frees it at once)"
+    return None
+
+
 def nobody_line(job_name: str, job: Job | None) -> str:
     if job is None:
         return f"nobody holds job {job_name!r} (it never ran here); nothing to clear"

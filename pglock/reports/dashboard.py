@@ -8,6 +8,7 @@ rates only for the jobs shown, a timeline's lanes and bars capped, the audit log
 
 from __future__ import annotations
 
+from bisect import bisect_left
 from dataclasses import dataclass
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -93,8 +94,6 @@ MOST_LANES = 60
 MOST_BARS = 5000
 # A run that started this long before a timeline's window is looked for in it.
 REACH = timedelta(days=1)
-# The cron arithmetic of a calendar's missed slots stops after this many fire times.
-MOST_FIRES = 20_000
 
 
 @dataclass(frozen=True)
@@ -231,19 +230,84 @@ def calendar(conn: psycopg.Connection[Any], schema_name: str, days: int, *,
 
 def _fires_by_day(plan: Any, first: datetime, now: datetime) -> dict[Any, int]:
     """Fire times of the schedule from `first` (the window's start, or the job's first run)
-    until a grace before now, by day (UTC)."""
+    until a grace before now, by day (UTC).
+
+    Counted a day at a time, not a fire time at a time (a minutely job fires 527,040
+    times a year): on a day the schedule fires, it fires at the minutes of its minute and
+    hour fields, so one lookup finds the next such day and arithmetic counts its fire
+    times in each UTC day it spans. Around a change of UTC offset (DST), two hours each
+    side are stepped through fire time by fire time, as cron fires then (a repeated hour,
+    a skipped one). At most a lookup per day of the window, and 240 per DST change.
+    """
+    from croniter import croniter
+
     from pglock.settings import schedule
 
-    counts: dict[Any, int] = {}
-    moment = first - timedelta(microseconds=1)
+    tz = plan.tz
+    minutes, hours = croniter(plan.expr).expanded[:2]
+    in_day = sorted(60 * h + m for h in (range(24) if hours == ["*"] else hours)
+                    for m in (range(60) if minutes == ["*"] else minutes))
     end = now - timedelta(minutes=10)
-    for _ in range(MOST_FIRES):
-        moment = schedule.next_after(plan, moment)
-        if moment > end:
-            break
-        day = moment.astimezone(UTC).date()
-        counts[day] = counts.get(day, 0) + 1
+    until = end + timedelta(microseconds=1)  # `end` itself included
+    counts: dict[Any, int] = {}
+
+    def stepped(found: datetime, before: datetime) -> None:
+        """Each fire time from `found` on, before `before`."""
+        while found < before and found <= end:
+            day = found.astimezone(UTC).date()
+            counts[day] = counts.get(day, 0) + 1
+            found = schedule.next_after(plan, found)
+
+    def counted(base: datetime, low: datetime, high: datetime) -> None:
+        """The fire times base + m minutes (m of the day's) within [low, high)."""
+        if high <= low:
+            return
+        first_m = bisect_left(in_day, (low - base) / _MINUTE)
+        last_m = bisect_left(in_day, (high - base) / _MINUTE)
+        midnight = datetime.combine(base.date() + timedelta(days=1), datetime.min.time(), UTC)
+        split = max(first_m, min(last_m, bisect_left(in_day, (midnight - base) / _MINUTE)))
+        for day, number in ((base.date(), split - first_m), (midnight.date(), last_m - split)):
+            if number:
+                counts[day] = counts.get(day, 0) + number
+
+    moment = first - timedelta(microseconds=1)
+    while (found := schedule.next_after(plan, moment)) <= end:
+        wall = datetime.combine(found.astimezone(tz).date(), datetime.min.time())
+        start = wall.replace(tzinfo=tz).astimezone(UTC)
+        after = (wall + timedelta(days=1)).replace(tzinfo=tz).astimezone(UTC)
+        before, later = start.astimezone(tz).utcoffset(), after.astimezone(tz).utcoffset()
+        assert before is not None and later is not None
+        if start.astimezone(tz).replace(tzinfo=None) != wall:
+            stepped(found, after)  # midnight itself skipped by the change: step the day
+        elif before == later:
+            counted(start, found, min(after, until))
+        else:
+            change = _change(tz, start, after)
+            near, far = max(start, change - _NEAR), min(after, change + _NEAR)
+            counted(start, found, min(near, until))
+            stepped(found if found >= near else
+                    schedule.next_after(plan, near - timedelta(microseconds=1)), far)
+            counted(wall.replace(tzinfo=UTC) - later, max(found, far), min(after, until))
+        moment = after - timedelta(microseconds=1)
     return counts
+
+
+_MINUTE = timedelta(minutes=1)
+# Stepped through fire time by fire time each side of a change of UTC offset.
+_NEAR = timedelta(hours=2)
+
+
+def _change(tz: Any, start: datetime, after: datetime) -> datetime:
+    """The moment (to the minute) between `start` and `after` where the offset changes."""
+    offset = start.astimezone(tz).utcoffset()
+    low, high = start, after
+    while high - low > _MINUTE:
+        middle = low + (high - low) / 2
+        if middle.astimezone(tz).utcoffset() == offset:
+            low = middle
+        else:
+            high = middle
+    return high
 
 
 def next_fires(plan: Any, now: datetime, count: int = 5) -> list[datetime]:

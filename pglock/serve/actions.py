@@ -18,11 +18,13 @@ from starlette.concurrency import run_in_threadpool
 from starlette.requests import Request
 from starlette.responses import Response
 
+from pglock.cli import screens
 from pglock.errors import NothingDone
 from pglock.operate import admin, control
 from pglock.reports import status
 from pglock.serve.site import Denied, Site, page
 from pglock.settings.config import check_job
+from pglock.settings.durations import check_reason
 
 ACTIONS = ("pause", "resume", "stop", "replay", "clear")
 MOST_FORM = 16 * 1024
@@ -34,12 +36,7 @@ def by(user: str) -> str:
     return f"{user}@{socket.gethostname()} (pglock serve)"
 
 
-def _form(request: Request, body: bytes) -> dict[str, str]:
-    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
-    if kind != "application/x-www-form-urlencoded":
-        raise Denied(415, "an action is a form post (application/x-www-form-urlencoded)")
-    if len(body) > MOST_FORM:
-        raise Denied(413, "the form is too large")
+def _form(body: bytes) -> dict[str, str]:
     try:
         fields = parse_qs(body.decode("utf-8"), keep_blank_values=True, strict_parsing=False)
     except UnicodeError:
@@ -57,18 +54,43 @@ def _same_origin(request: Request) -> None:
         raise Denied(403, "refused: the form was posted from another site")
 
 
-def checked(request: Request, body: bytes) -> tuple[str, dict[str, str]]:
-    """The user and the form of an action that passed every check before the database."""
+def admitted(request: Request) -> str:
+    """The user of an action that passed every check the headers allow: made before a
+    byte of the body is read, so that a refused post costs nothing."""
     site: Site = request.app.state.site
     if not site.allow_actions:
         raise Denied(403, "actions are off: this dashboard is read-only (pglock serve "
                           "--allow-actions turns them on)")
-    user = request.scope.get("pglock.user")
+    user: str | None = request.scope.get("pglock.user")
     if not user:
         raise Denied(403, "actions need a user: start pglock serve with --users FILE or "
                           "--auth-header NAME")
     _same_origin(request)
-    form = _form(request, body)
+    kind = request.headers.get("content-type", "").split(";")[0].strip().lower()
+    if kind != "application/x-www-form-urlencoded":
+        raise Denied(415, "an action is a form post (application/x-www-form-urlencoded)")
+    length = request.headers.get("content-length")
+    if length is not None and (len(length) > 9 or not length.isascii()
+                               or not length.isdigit() or int(length) > MOST_FORM):
+        raise Denied(413, "the form is too large")
+    return user
+
+
+async def body(request: Request) -> bytes:
+    """The form's bytes, MOST_FORM at most: no more is read (a chunked body that goes on
+    is refused as soon as it passes the limit)."""
+    read = bytearray()
+    async for chunk in request.stream():
+        read += chunk
+        if len(read) > MOST_FORM:
+            raise Denied(413, "the form is too large")
+    return bytes(read)
+
+
+def checked(request: Request, user: str, body: bytes) -> dict[str, str]:
+    """The form of an action that passed every check before the database."""
+    site: Site = request.app.state.site
+    form = _form(body)
     if not site.auth.token_ok(user, form.get("csrf")):
         raise Denied(403, "refused: the form's CSRF token is missing or stale (reload the "
                           "page)")
@@ -79,13 +101,14 @@ def checked(request: Request, body: bytes) -> tuple[str, dict[str, str]]:
         raise Denied(400, "a reason is required: say why, for the audit log")
     if len(reason) > MOST_REASON:
         raise Denied(400, f"the reason is longer than {MOST_REASON} characters")
-    return user, {**form, "reason": reason, "job": check_job(form.get("job", ""))}
+    check_reason(reason, None, "reason")
+    return {**form, "reason": reason, "job": check_job(form.get("job", ""), "job")}
 
 
 async def act(request: Request) -> Response:
     """POST /action: do it, and say what was done (or why not) in one line."""
-    body = await request.body()
-    user, form = checked(request, body)
+    user = admitted(request)
+    form = checked(request, user, await body(request))
     said = await run_in_threadpool(perform, request.app.state.site, form, by(user))
     return page(request, "done.html", job=form["job"], action=form["action"], said=said)
 
@@ -117,10 +140,14 @@ def perform(site: Site, form: dict[str, str], who: str) -> str:
 
 def _clear(site: Site, conn: psycopg.Connection[Any], job: str, reason: str, who: str) -> str:
     shown = status.one(conn, site.schema, job)
-    if shown is None or shown.holding is None:
-        raise NothingDone(f"job {job!r} holds no lock; nothing to clear")
+    # The command's judgement and words; a lock cleared already may be cleared again
+    # (with this reason), as the dashboard always allowed.
+    nothing = screens.nothing_to_clear(job, shown, now=True)
+    if nothing is not None:
+        raise NothingDone(nothing)
+    assert shown is not None
     done = admin.clear(conn, site.schema, shown, reason=reason, now=False, by=who)
     if done is None:
-        raise NothingDone(f"the lock of {job!r} changed hands meanwhile; look again")
+        raise NothingDone(screens.CHANGED_HANDS.format(job=job))
     return (f"cleared {job} from {done.lock.holder}:{done.lock.holder_pid}; free for others "
             f"in {done.free_in:.0f}s")

@@ -154,31 +154,42 @@ def _clipped(name: str, width: int = 28) -> str:
     return name if len(name) <= width else name[: width - 1] + "…"
 
 
+# A calendar's cells are of one size whatever the window, as a contribution graph draws
+# them: 30 days or 366, a cell is CELL pixels, and the drawing is as wide as its weeks.
+CELL, GAP = 12, 3
+DAY_LABELS = 30
+MONTH_LABELS = 16
+
+
 def calendar(days: Sequence[Day], title: str) -> Markup:
-    """A cell per day (UTC), a column per week, coloured by the worst of the day."""
+    """A cell per day (UTC), a column per week (Monday on top), coloured by the worst of
+    the day; the month above the week it begins in; the date and counts on hover."""
     if not days:
         return Markup("")
-    cell, gap = 16, 3
+    step = CELL + GAP
     offset = days[0].day.weekday()
     weeks = (offset + len(days) + 6) // 7
-    width, height = LABEL // 2 + weeks * (cell + gap) + PAD, 7 * (cell + gap) + PAD
-    parts = [f'<svg class="chart calendar" viewBox="0 0 {width} {height}" role="img" '
-             f'aria-label="{_text(title)}">']
+    width, height = DAY_LABELS + weeks * step, MONTH_LABELS + 7 * step
+    parts = [f'<svg class="chart calendar" width="{width}" height="{height}" '
+             f'viewBox="0 0 {width} {height}" role="img" aria-label="{_text(title)}">']
     for i, name in enumerate(("Mon", "", "Wed", "", "Fri", "", "Sun")):
         if name:
-            parts.append(f'<text class="tick" x="{LABEL // 2 - 6}" '
-                         f'y="{PAD // 2 + i * (cell + gap) + cell - 3}" '
+            parts.append(f'<text class="tick" x="{DAY_LABELS - 4}" '
+                         f'y="{MONTH_LABELS + i * step + CELL - 2}" '
                          f'text-anchor="end">{name}</text>')
     for i, day in enumerate(days):
         where = offset + i
-        x = LABEL // 2 + (where // 7) * (cell + gap)
-        y = PAD // 2 + (where % 7) * (cell + gap)
+        x = DAY_LABELS + (where // 7) * step
+        y = MONTH_LABELS + (where % 7) * step
+        if day.day.day == 1 or (i == 0 and day.day.day < 22):
+            parts.append(f'<text class="tick month" x="{x}" y="{MONTH_LABELS - 4}">'
+                         f'{day.day:%b}</text>')
         counts = ", ".join(f"{n} {o}" for o, n in sorted(day.outcomes.items())) or "no runs"
         extra = (f", {day.dead} dead slots" if day.dead else "") + (
             f", {day.missed} missed slots" if day.missed else "")
-        parts.append(f'<rect class="day o-{look(day.look)}" x="{x}" y="{y}" width="{cell}" '
-                     f'height="{cell}"><title>{day.day:%Y-%m-%d}: {_text(counts + extra)}'
-                     f'</title></rect>')
+        parts.append(f'<rect class="day o-{look(day.look)}" x="{x}" y="{y}" width="{CELL}" '
+                     f'height="{CELL}" rx="2"><title>{day.day:%a %Y-%m-%d}: '
+                     f'{_text(counts + extra)}</title></rect>')
     parts.append("</svg>")
     return Markup("".join(parts))
 

@@ -51,7 +51,7 @@ def _job_name(request: Request) -> str:
     name = request.query_params.get("name")
     if name is None:
         raise UsageError("name the job: /job?name=NAME")
-    return check_job(name)
+    return check_job(name, "name")
 
 
 def worst_first(jobs: list[Job]) -> list[Job]:
@@ -137,6 +137,8 @@ def job_json(request: Request) -> Response:
 
 def _output(request: Request) -> tuple[int, str, bytes | None]:
     site = _site(request)
+    if request.query_params.get("id") is None:
+        raise UsageError("name the run: /run?id=ID")
     run_id = _number(request, "id", 0, 1, 2**63 - 1)
     with site.pool.connection() as conn:
         found = dashboard.output(conn, site.schema, run_id)
@@ -175,8 +177,14 @@ def _timeline(request: Request) -> tuple[str, dashboard.Timeline]:
         if until.tzinfo is None:
             raise UsageError(f"end: {end!r} has no time zone")
         until = check_moment(until, "end", end)
-    jobs = [check_job(name) for name in request.query_params.getlist("job")]
+    jobs = list(dict.fromkeys(check_job(name, "job")
+                              for name in request.query_params.getlist("job")))
+    jobs = jobs[:dashboard.MOST_LANES]
     with site.pool.connection() as conn:
+        for name in jobs:  # as /job and /calendar: a job never seen is a 404
+            if status.one(conn, site.schema, name) is None:
+                raise UnknownJob(f"no job named {name!r} has run here (schema "
+                                 f"{site.schema!r})")
         found = dashboard.timeline(conn, site.schema, span, jobs=jobs or None, until=until)
     return shown, found
 
@@ -215,7 +223,7 @@ def _calendar(request: Request) -> tuple[str | None, int, list[dashboard.Day]]:
     plan = None
     with site.pool.connection() as conn:
         if name is not None:
-            name = check_job(name)
+            name = check_job(name, "job")
             found = status.read(conn, site.schema, name).jobs[0]
             plan = dashboard.plan_of(found.schedule, found.timezone)
         return name, days, dashboard.calendar(conn, site.schema, days, job=name, plan=plan)
@@ -242,9 +250,10 @@ def _audit(request: Request) -> tuple[str | None, list[history.Action]]:
     site = _site(request)
     name = request.query_params.get("job") or None
     before = _number(request, "before", 0, 1, 2**63 - 1) or None
+    job = check_job(name, "job") if name else None
     with site.pool.connection() as conn:
-        return name, dashboard.audit(conn, site.schema, job=check_job(name) if name else None,
-                                     before=before, limit=AUDIT_PAGE)
+        return name, dashboard.audit(conn, site.schema, job=job, before=before,
+                                     limit=AUDIT_PAGE)
 
 
 def audit(request: Request) -> Response:

@@ -30,6 +30,7 @@ class Options(NamedTuple):
     allow_actions: bool
     quiet: bool
     local: bool
+    hosts: frozenset[str] | None = None
 
 
 def serve(sock: socket.socket, options: Options) -> int:
@@ -38,7 +39,8 @@ def serve(sock: socket.socket, options: Options) -> int:
         pool = Pool(conninfo, timeout=options.timeout)
         with pool.connection() as conn:
             place = database.EMBEDDED_PLACE if options.target.embedded else database.place(conn)
-        site = Site(pool, options.schema, place, options.auth, options.allow_actions)
+        site = Site(pool, options.schema, place, options.auth, options.allow_actions,
+                    options.hosts)
         if not options.quiet:
             print(announcement(sock, site, options.local), file=sys.stderr, flush=True)
         config = uvicorn.Config(web.build(site), log_config=None, access_log=False,
@@ -52,8 +54,11 @@ def serve(sock: socket.socket, options: Options) -> int:
 
 
 def announcement(sock: socket.socket, site: Site, local: bool) -> str:
-    host, port = sock.getsockname()[:2]
-    shown = f"[{host}]" if ":" in host else host
+    if sock.family == socket.AF_UNIX:
+        where = f"unix:{sock.getsockname()}"
+    else:
+        host, port = sock.getsockname()[:2]
+        where = f"http://{f'[{host}]' if ':' in host else host}:{port}/"
     if not site.allow_actions:
         mode = "read-only"
     elif site.auth.users is not None:
@@ -62,7 +67,7 @@ def announcement(sock: socket.socket, site: Site, local: bool) -> str:
         mode = f"actions on, for the user a trusted proxy names in {site.auth.header}"
     reach = ("this host only" if local else
              "reachable from the network: every job is readable by whoever reaches it")
-    return (f"pglock serve: listening on http://{shown}:{port}/ ({reach}; {mode}); "
+    return (f"pglock serve: listening on {where} ({reach}; {mode}); "
             f"reading {site.place}, schema {site.schema!r}")
 
 

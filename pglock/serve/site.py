@@ -35,6 +35,8 @@ class Site:
     place: str
     auth: Auth
     allow_actions: bool = False
+    # The names a request's Host may give (None: any): --allowed-host.
+    hosts: frozenset[str] | None = None
 
 
 class Denied(Exception):

@@ -231,20 +231,22 @@ def configured_schema(schema_option: str | None) -> str:
     return schema
 
 
-def check_job(job: str) -> str:
+def check_job(job: str, what: str = "--job") -> str:
     """A job name is 1-200 characters with no control characters; anything else is data.
 
     Names are compared in Unicode NFC: an "é" typed as one character or as "e" and a
-    combining accent is one job (docs/decisions.md).
+    combining accent is one job (docs/decisions.md). `what` names it in a refusal: the
+    option, or the dashboard's query or form field.
     """
-    check_text(job, "--job")
+    check_text(job, what)
     job = normalized_job(job)
     if not job:
-        raise UsageError("--job: the job name is empty")
+        raise UsageError(f"{what}: the job name is empty")
     if len(job) > 200:
-        raise UsageError(f"--job: the job name is {len(job)} characters long; the limit is 200")
+        raise UsageError(f"{what}: the job name is {len(job)} characters long; the limit is "
+                         "200")
     if has_control(job):
-        raise UsageError(f"--job: the job name {job!r} contains a control character")
+        raise UsageError(f"{what}: the job name {job!r} contains a control character")
     return job
 
 

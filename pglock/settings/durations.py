@@ -163,18 +163,20 @@ def check_moment(moment: datetime, option: str, text: str) -> datetime:
     return aware
 
 
-def check_reason(reason: str | None, required: str | None) -> str | None:
+def check_reason(reason: str | None, required: str | None,
+                 what: str = "--reason") -> str | None:
     """An operator's --reason: given when `required` (the message if not), within
-    REASON_LENGTH characters, without NUL (no database column takes one)."""
+    REASON_LENGTH characters, without NUL (no database column takes one). `what` names
+    it in the message: the option, or the dashboard's form field."""
     if reason is None or not reason.strip():
         if required is not None:
             raise UsageError(required)
         return reason
     if len(reason) > REASON_LENGTH.high:
-        raise UsageError(f"--reason: {len(reason)} characters; at most "
+        raise UsageError(f"{what}: {len(reason)} characters; at most "
                          f"{REASON_LENGTH.high:g}")
     if "\0" in reason:
-        raise UsageError("--reason: contains a NUL character")
+        raise UsageError(f"{what}: contains a NUL character")
     return reason
 
 

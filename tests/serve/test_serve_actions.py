@@ -82,7 +82,7 @@ def test_with_auth_every_page_asks_for_a_user(fleet: Env, alice: Auth) -> None:
     ({"reason": "   "}, 400, "a reason is required: say why, for the audit log"),
     ({"reason": "x" * 501}, 400, "the reason is longer than 500 characters"),
     ({"action": "run"}, 400, "action: one of pause, resume, stop, replay, clear"),
-    ({"job": "a\x01b"}, 400, "--job: the job name 'a\\x01b' contains a control character"),
+    ({"job": "a\x01b"}, 400, "job: the job name 'a\\x01b' contains a control character"),
 ])
 def test_an_action_is_refused_without_each_of_its_conditions(
         fleet: Env, alice: Auth, form: dict[str, str], status: int, line: str) -> None:

@@ -83,3 +83,30 @@ def test_each_page_shows_what_a_person_looks_for(fleet: Env, browser: object,
             assert errors == [], (name, errors)
     assert sorted(p.name for p in tmp_path.glob("*.png")) == sorted(
         f"{name}.png" for name, *_ in PAGES)
+
+
+@pytest.mark.slow
+def test_calendar_cells_are_of_one_size_with_the_date_on_hover(
+        fleet: Env, browser: object, tmp_path: Path) -> None:
+    """As a contribution graph: 30 days or 366, a cell is drawn the same size on the
+    screen (before, the drawing scaled to the page: 30 days filled it, with 60-pixel day
+    names), and the date is in each cell's title (the browser's hover)."""
+    from selenium.webdriver.common.by import By
+
+    from pglock.serve.charts import CELL
+
+    driver: object = browser
+    sizes = {}
+    with serving(fleet) as (url, _, _):
+        for days in (30, 90, 366):
+            driver.get(f"{url}/calendar?job=nightly-backup&days={days}")  # type: ignore[attr-defined]
+            cells = driver.find_elements(By.CSS_SELECTOR, "svg.calendar rect.day")  # type: ignore[attr-defined]
+            assert len(cells) == days
+            sizes[days] = {(round(c.rect["width"]), round(c.rect["height"])) for c in cells}
+            label = driver.find_element(By.CSS_SELECTOR, "svg.calendar text.tick")  # type: ignore[attr-defined]
+            assert label.rect["height"] < 2 * CELL, label.rect
+            title = cells[-1].find_element(By.TAG_NAME, "title").get_attribute("textContent")
+            assert title[4:14] == fleet.query("SELECT to_char(now() AT TIME ZONE 'UTC', "
+                                              "'YYYY-MM-DD')")[0][0], title
+            driver.save_screenshot(str(tmp_path / f"calendar-{days}.png"))  # type: ignore[attr-defined]
+    assert sizes == {days: {(CELL, CELL)} for days in (30, 90, 366)}, sizes

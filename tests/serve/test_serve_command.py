@@ -11,6 +11,7 @@ import urllib.error
 import urllib.request
 from collections.abc import Iterator
 from contextlib import contextmanager
+from pathlib import Path
 
 import pytest
 from conftest import Env, fetched, free_port, one_line
@@ -80,15 +81,69 @@ def test_a_database_it_cannot_reach_is_one_line_at_start(env: Env) -> None:
                           "FILE or --auth-header NAME (docs/serve.md)"),
     (["--users", "/nonexistent", "--auth-header", "X-User"],
      "pglock: --users and --auth-header: one source of users at a time"),
-    (["--listen", "nowhere"], "pglock: --listen: 'nowhere' is not HOST:PORT (e.g. "
-                              "127.0.0.1:8434)"),
+    (["--listen", "nowhere"], "pglock: --listen: 'nowhere' is not HOST:PORT or unix:PATH "
+                              "(e.g. 127.0.0.1:8434)"),
     (["--users", "/nonexistent"], "pglock: --users: cannot read '/nonexistent': No such file "
                                   "or directory"),
     (["--trusted-proxy", "10.0.0.1"], "pglock: --trusted-proxy goes with --auth-header"),
+    (["--listen", "127.0.0.1:\u00b9\u2078\u2074\u2075\u2070"],
+     "pglock: --listen: '127.0.0.1:\u00b9\u2078\u2074\u2075\u2070' is not HOST:PORT or "
+     "unix:PATH (e.g. 127.0.0.1:8434)"),
+    (["--listen", "127.0.0.1:\u0661\u0668\u0664\u0665\u0660"],
+     "pglock: --listen: '127.0.0.1:\u0661\u0668\u0664\u0665\u0660' is not HOST:PORT or "
+     "unix:PATH (e.g. 127.0.0.1:8434)"),
+    (["--listen", "127.0.0.1:" + "9" * 5000], "pglock: --listen: '127.0.0.1:" + "9" * 5000
+     + "' is not HOST:PORT or unix:PATH (e.g. 127.0.0.1:8434)"),
+    (["--auth-header", "X-Forwarded-User"],
+     "pglock: --auth-header needs the proxy to prove itself: --proxy-secret-file FILE (a "
+     "header only the proxy sends) or --listen unix:PATH (a socket only the proxy may open); "
+     "any process on this host could send the header otherwise (docs/serve.md)"),
+    (["--proxy-secret-file", "/nonexistent"],
+     "pglock: --proxy-secret-file goes with --auth-header"),
+    (["--auth-header", "X-User", "--proxy-secret-file", "/nonexistent"],
+     "pglock: --proxy-secret-file: cannot read '/nonexistent': No such file or directory"),
+    (["--auth-header", "X-User", "--listen", "unix:"],
+     "pglock: --listen: 'unix:' names no path (unix:/run/pglock/serve.sock)"),
 ])
 def test_bad_options_are_refused_at_start(env: Env, args: list[str], line: str) -> None:
     done = env.run("serve", *args)
     assert (done.returncode, one_line(done.stderr)) == (2, line)
+
+
+@pytest.mark.parametrize(("header", "line"), [
+    ("", "pglock: --auth-header: '' is not an HTTP header name"),
+    ("X User", "pglock: --auth-header: 'X User' is not an HTTP header name"),
+    ("X:U", "pglock: --auth-header: 'X:U' is not an HTTP header name"),
+    ("Host", "pglock: --auth-header: 'Host' is not a header a proxy sets for the user alone "
+             "(e.g. X-Forwarded-User)"),
+    ("authorization", "pglock: --auth-header: 'authorization' is not a header a proxy sets "
+                      "for the user alone (e.g. X-Forwarded-User)"),
+    ("X-Pglock-Proxy-Secret", "pglock: --auth-header: 'X-Pglock-Proxy-Secret' is not a "
+                              "header a proxy sets for the user alone (e.g. X-Forwarded-User)"),
+])
+def test_an_auth_header_no_request_carries_or_anyone_sets_is_refused(
+        env: Env, tmp_path: Path, header: str, line: str) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789abcdef0123\n")
+    done = env.run("serve", "--auth-header", header, "--proxy-secret-file", str(secret))
+    assert (done.returncode, one_line(done.stderr)) == (2, line)
+
+
+def test_a_trusted_proxy_and_a_secret_are_checked_at_start(env: Env, tmp_path: Path) -> None:
+    secret = tmp_path / "secret"
+    secret.write_text("0123456789abcdef0123")
+    base = ("serve", "--auth-header", "X-User", "--proxy-secret-file", str(secret))
+    done = env.run(*base, "--trusted-proxy", "not-an-ip")
+    assert (done.returncode, one_line(done.stderr)) == (
+        2, "pglock: --trusted-proxy: 'not-an-ip' is not an IP address")
+    secret.write_text("short")
+    done = env.run(*base)
+    assert (done.returncode, one_line(done.stderr)) == (
+        2, f"pglock: --proxy-secret-file: {str(secret)!r} holds no secret of at least 16 "
+           "printable ASCII characters (a header value)")
+    done = env.run("serve", "--allowed-host", "evil host/")
+    assert (done.returncode, one_line(done.stderr)) == (
+        2, "pglock: --allowed-host: 'evil host/' is not a host name")
 
 
 def test_a_port_taken_is_one_line(env: Env) -> None:
@@ -109,6 +164,29 @@ def test_hash_password_prints_a_users_line(env: Env) -> None:
         out, _ = process.communicate("pw\n", timeout=60)
     assert process.returncode == 0 and out.startswith("alice:scrypt$")
     assert verify("pw", out.strip().split(":", 1)[1])
+
+
+@pytest.mark.parametrize(("stdin", "stdout", "line", "code"), [
+    ("closed", None, "pglock: --hash-password: no password on standard input (it is closed)",
+     2),
+    (b"p\xffw\n", None, "pglock: --hash-password: the password is not valid UTF-8", 2),
+    (b"pw\n", "/dev/full", "pglock: cannot write to standard output: No space left on "
+                           "device", 125),
+])
+def test_hash_password_refuses_in_one_line(env: Env, stdin: object, stdout: str | None,
+                                           line: str, code: int) -> None:
+    import os
+
+    command = [sys.executable, "-m", "pglock", "serve", "--hash-password", "alice"]
+    with open(stdout or os.devnull, "wb") as out:
+        if stdin == "closed":
+            # <&- : no standard input at all (Python's sys.stdin is None).
+            done = subprocess.run(["sh", "-c", 'exec "$@" <&-', "sh", *command], env=env.env,
+                                  stdout=out, stderr=subprocess.PIPE, timeout=60, check=False)
+        else:
+            done = subprocess.run(command, env=env.env, input=stdin, stdout=out,
+                                  stderr=subprocess.PIPE, timeout=60, check=False)
+    assert (done.returncode, one_line(done.stderr.decode())) == (code, line)
 
 
 def _imported(*argv: str, env: Env) -> set[str]:

@@ -49,17 +49,20 @@ def _basic(user: str, password: str) -> str:
 
 def test_basic_auth_names_the_user_of_a_right_password_only() -> None:
     auth = Auth(users={"alice": hash_password("pw")})
-    assert auth.identify(_basic("alice", "pw"), {}, "1.2.3.4") == "alice"
+    assert auth.basic(_basic("alice", "pw"), "1.2.3.4") == "alice"
+    assert auth.remembered(_basic("alice", "pw")) == "alice"
     for header in (_basic("alice", "no"), _basic("bob", "pw"), "Basic !!!", "Bearer x", None):
-        assert auth.identify(header, {}, "127.0.0.1") is None
+        assert auth.basic(header, "127.0.0.1") is None
+        assert auth.remembered(header) is None
 
 
 def test_a_header_is_believed_from_the_trusted_proxies_only() -> None:
     auth = Auth(header="X-User")
-    assert auth.identify(None, {"x-user": "bob"}, "127.0.0.1") == "bob"
-    assert auth.identify(None, {"x-user": "bob"}, "10.0.0.5") is None
-    assert auth.identify(None, {"x-user": " "}, "::1") is None
-    assert auth.identify(None, {"x-user": "bo\nb"}, "::1") is None
+    assert auth.from_header({"x-user": "bob"}, "127.0.0.1") == ("bob", "")
+    assert auth.from_header({"x-user": "bob"}, "10.0.0.5")[0] is None
+    assert auth.from_header({"x-user": " "}, "::1")[0] is None
+    assert auth.from_header({"x-user": "bo\nb"}, "::1")[0] is None
+    assert Auth(header="X-User", unix=True).from_header({"x-user": "bob"}, None) == ("bob", "")
     assert not Auth().configured and auth.configured
 
 
@@ -79,10 +82,18 @@ def test_listen_addresses(text: str, expected: tuple[str, int]) -> None:
     assert listen_address(text) == expected
 
 
-@pytest.mark.parametrize("text", ["8434", ":8434", "host:", "host:x", "host:70000", "h:0"])
+@pytest.mark.parametrize("text", ["8434", ":8434", "host:", "host:x", "host:70000", "h:0",
+                                  "h:\u00b9\u2078", "h:\u0661\u0668", "h:" + "9" * 5000,
+                                  "h:\uff18\uff14"])
 def test_bad_listen_addresses(text: str) -> None:
     with pytest.raises(UsageError, match=r"--listen: .* is not HOST:PORT"):
         listen_address(text)
+
+
+def test_the_proxy_secrets_header_is_named_alike_in_help_and_check() -> None:
+    from pglock.serve import auth, command
+
+    assert command.PROXY_SECRET_HEADER == auth.PROXY_SECRET_HEADER
 
 
 def test_loopback() -> None:
