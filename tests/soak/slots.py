@@ -14,7 +14,8 @@ A host's part in a missed slot is accounted for when its invocation for the slot
 
 - ran an attempt that a fault cut short (a fault on that host or on the server during
   the attempt; a fault aimed at one pglock counts for its own job only): with one
-  trigger per host per slot, nobody retries it;
+  trigger per host per slot, nobody retries it; or ran an attempt that failed, and a
+  fault then ended its pglock (exit 125, a signal) before the next attempt started;
 - failed to reach the database or to run (exit 125, a signal) while a fault touched that
   host or the server;
 - was refused (exit 75, held elsewhere) while a run of the job held the lock (any slot's:
@@ -112,18 +113,24 @@ def explain_miss(spec: JobSpec, slot: float, runs: list[Run], invocations: list[
     were retried in place (their failures are the command's own)."""
     reasons: list[str] = []
     unexplained: list[str] = []
+    by_host = {i.host: i for i in invocations}
     if runs:
         ordered = sorted(runs, key=lambda r: (r.attempt or 0, r.id))
         last = ordered[-1]
         attempts = ", ".join(f"#{r.attempt} {r.outcome} on {r.holder}" for r in ordered)
         fault = _cutting(last, spec, history.faults)
-        if fault is None:
+        between = None if fault is not None else _between(last, by_host.get(last.holder),
+                                                          spec, history.faults)
+        if fault is not None:
+            reasons.append(f"run {last.id} on {last.holder}: {fault.kind}")
+        elif between is not None:
+            invocation = by_host[last.holder]
+            reasons.append(f"run {last.id} on {last.holder}, then its pglock ended between "
+                           f"attempts (exit {invocation.code}): {between.kind}")
+        else:
             unexplained.append(f"attempts {attempts}: the last one (run {last.id}) was cut "
                                "short by no fault")
-        else:
-            reasons.append(f"run {last.id} on {last.holder}: {fault.kind}")
     ran_on = {run.holder for run in runs}
-    by_host = {i.host: i for i in invocations}
     for host in history.hosts:
         if host in ran_on:
             continue
@@ -148,6 +155,19 @@ def _cutting(run: Run, spec: JobSpec, faults: list[Fault]) -> Fault | None:
     end = run.finished_wall if run.finished_wall is not None else run.started_wall + spec.ttl
     return next((f for f in faults if _aimed(f, run.holder, spec)
                  and f.start_wall <= end + 1 and f.end_wall >= run.started_wall - 1), None)
+
+
+def _between(run: Run, invocation: Invocation | None, spec: JobSpec,
+             faults: list[Fault]) -> Fault | None:
+    """A fault that ended the pglock of a slot's last recorded attempt before it made the
+    next one (its attempts were not spent): on its host or the server, from that attempt's
+    end to the pglock's, which failed (exit 125, a signal)."""
+    if (invocation is None or invocation.code in (0, CONFLICT) or run.finished_wall is None
+            or run.outcome not in ("failed", "timed_out")):
+        return None
+    return next((f for f in faults if _aimed(f, run.holder, spec)
+                 and f.start_wall <= invocation.ended_wall + 1
+                 and f.end_wall >= run.finished_wall - 1), None)
 
 
 def _aimed(fault: Fault, host: str, spec: JobSpec) -> bool:

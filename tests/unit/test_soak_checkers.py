@@ -265,3 +265,23 @@ def test_a_fault_aimed_at_another_jobs_pglock_explains_nothing() -> None:
     assert verdict(runs, invocations, other).state == "missed-unexplained"
     ours = [Fault("terminate", "h1", T0 + 2 * NS, T0 + 2 * NS, SLOT + 2, SLOT + 2, "c")]
     assert verdict(runs, invocations, ours).state == "missed-explained"
+
+
+def test_a_fault_that_ends_the_pglock_between_two_attempts_is_named() -> None:
+    # The soak's defect 3 (seed 4242): attempts 1 and 2 failed on h1 (on purpose), the
+    # server restarted during the retry delay, and h1's pglock ended (exit 125) before it
+    # recorded attempt 3: the slot is missed, explained by the restart, named as such.
+    runs = [run(1, "h1", "failed", 1, 3, attempt=1), run(2, "h1", "failed", 4, 6, attempt=2)]
+    rows = [SlotRow("c", SLOT, 2, 3, None, False)]
+    invocations = [invoked("h1", 125, ended=8), *losers("h2", "h3")]
+    restart = [fault("restart-fast", None, 7.5, 9)]
+    found = verdict(runs, invocations, restart, rows)
+    assert found.state == "missed-explained"
+    assert found.why[0] == ("run 2 on h1, then its pglock ended between attempts (exit 125): "
+                            "restart-fast")
+    # No fault, or one on another host, or one after the pglock ended: unexplained.
+    assert verdict(runs, invocations, [], rows).state == "missed-unexplained"
+    elsewhere = [fault("partition", "h2", 7.5, 9)]
+    assert verdict(runs, invocations, elsewhere, rows).state == "missed-unexplained"
+    later = [fault("restart-fast", None, 20, 21)]
+    assert verdict(runs, invocations, later, rows).state == "missed-unexplained"
