@@ -4,6 +4,8 @@ report what pglock's promise leaves out or what a fault explains (tests/soak).""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from soak import figures, overlap, slots
 from soak.history import NS, Fault, History, Invocation, JobSpec, Mark, Run, SlotRow, Write
 
@@ -285,3 +287,94 @@ def test_a_fault_that_ends_the_pglock_between_two_attempts_is_named() -> None:
     assert verdict(runs, invocations, elsewhere, rows).state == "missed-unexplained"
     later = [fault("restart-fast", None, 20, 21)]
     assert verdict(runs, invocations, later, rows).state == "missed-unexplained"
+
+
+# Across failovers (a soak with a standby).
+
+def test_a_token_given_twice_across_a_failover_is_a_defect_one_runs_attempts_are_not() -> None:
+    # h1 held token 7 until 3; an asynchronous failover at 4 lost the token's increment and
+    # h2 was given 7 again at 6, after h1's command had ended: no overlap, but a defect.
+    marks = command("a", "h1", 10, 7, 0, 3) + command("a", "h2", 20, 7, 6, 8)
+    lagged = [Fault("failover-lagged", None, T0 + 4 * NS, T0 + 5 * NS, SLOT + 4, SLOT + 5,
+                    detail="a->b, WAL held back 2.0s")]
+    assert held_by_two([JobSpec("a")], marks, lagged) == []
+    [repeat] = overlap.repeated_tokens(overlap.intervals(marks), lagged)
+    assert (repeat.first.host, repeat.second.host, repeat.failover) == ("h1", "h2", lagged[0])
+    history = History({"a": JobSpec("a")}, HOSTS, marks=marks, faults=lagged)
+    report = figures.build(history)
+    assert not report.passed and report.figures["repeated_tokens"] == 1
+    assert report.defects == ["repeated token: a seat 0: token 7 on h1 (pid 10) and on h2 "
+                              "(pid 20), across failover-lagged (a->b, WAL held back 2.0s) "
+                              "at 08:00:04"]
+    # One host's pglock given token 7 twice for attempt 1 of no slot: a defect too.
+    twice = command("a", "h1", 10, 7, 0, 3) + command("a", "h1", 11, 7, 6, 8)
+    assert len(overlap.repeated_tokens(overlap.intervals(twice), [])) == 1
+    # One run's attempts (a retry in place keeps its lock and token): none.
+    attempts = [Mark(m.at, m.kind, m.job, m.seat, m.token, m.host, m.pid, "", n)
+                for n, part in ((1, command("a", "h1", 10, 7, 0, 3)),
+                                (2, command("a", "h1", 11, 7, 4, 6))) for m in part]
+    assert overlap.repeated_tokens(overlap.intervals(attempts), lagged) == []
+
+
+SLOT_ISO = "2027-01-15T08:00:00+00:00"  # SLOT as PGLOCK_SLOT says it
+
+
+def completed(host: str, pid: int, token: int, enter: float, leave: float,
+              attempt: int = 1, failed: bool = False) -> list[Mark]:
+    """A command of the slot SLOT that worked to its end (exit 1 when `failed`)."""
+    marks = [Mark(m.at, m.kind, "c", 0, token, host, pid, SLOT_ISO, attempt)
+             for m in command("c", host, pid, token, enter, leave)]
+    if failed:
+        marks.insert(-1, Mark(marks[-1].at, "fail", "c", 0, token, host, pid, SLOT_ISO,
+                              attempt))
+    return marks
+
+
+def replicated(runs: list[Run], marks: list[Mark], faults: list[Fault],
+               replication: str = "async") -> slots.SlotVerdict:
+    history = History({"c": CRON}, HOSTS, marks=marks, faults=faults,
+                      invocations=[invoked("h1", 0), *losers("h2", "h3")], runs=runs,
+                      expected_slots=[SLOT], replication=replication)
+    [found] = slots.check(history)
+    return found
+
+
+def test_a_completion_lost_with_the_old_primary_is_counted_apart_async_only() -> None:
+    assert datetime.fromisoformat(SLOT_ISO).timestamp() == SLOT
+    # h1's command succeeded at 5 (token 1); the WAL receiver had been held back since 4,
+    # the primary died and the standby was promoted at 7: the new primary has the run as
+    # running. Counted on its own line, naming the failover.
+    marks = completed("h1", 10, 1, 1, 5)
+    lost_run = [run(1, "h1", "running", end=None)]
+    lagged = [Fault("failover-lagged", None, T0 + 4 * NS, T0 + 7 * NS, SLOT + 4, SLOT + 7,
+                    detail="a->b, WAL held back 2.0s")]
+    found = replicated(lost_run, marks, lagged)
+    assert found.state == "lost-completion"
+    assert found.why == ["attempt 1 on h1 (token 1, pid 10) succeeded, its end lost with the "
+                         "old primary in failover-lagged (a->b, WAL held back 2.0s)"]
+    # Run again by another host afterwards: still the lost completion, with the rerun named.
+    again = [*lost_run, run(2, "h2", "succeeded", 9, 12)]
+    assert replicated(again, marks, lagged).why[0].endswith("; ran again: run 2 on h2")
+    # Synchronous: no completion may be lost; a failover long before, or none: not excused.
+    assert replicated(lost_run, marks, lagged, "sync").state != "lost-completion"
+    early = [Fault("failover", None, T0 - 60 * NS, T0 - 58 * NS, SLOT - 60, SLOT - 58)]
+    assert replicated(lost_run, marks, early).state == "missed-unexplained"
+    # A command that failed on purpose completes nothing.
+    failed = completed("h1", 10, 1, 1, 5, failed=True)
+    assert replicated(lost_run, failed, lagged).state != "lost-completion"
+    # Recorded: the slot ran.
+    assert replicated([run(1, "h1", "succeeded")], marks, lagged).state == "ran"
+
+
+def test_takeover_after_a_failover_counts_to_the_next_command_of_each_struck_job() -> None:
+    jobs = {"a": JobSpec("a"), "b": JobSpec("b"), "c": CRON}
+    marks = (command("a", "h1", 10, 1, 0, 3) + command("a", "h2", 20, 2, 4.5, 6)
+             + command("b", "h3", 30, 1, 5, 6))  # b ran nothing when the failover came
+    switch = [Fault("switchover", None, T0 + 2 * NS, T0 + 3 * NS, SLOT + 2, SLOT + 3)]
+    history = History(jobs, HOSTS, marks=marks, faults=switch, replication="sync")
+    report = figures.build(history)
+    assert report.figures["takeover_after_failover"] == {
+        "switchover": {"n": 1, "p50": 2.5, "p95": 2.5, "max": 2.5}}
+    assert report.figures["failovers"] == 1
+    assert "takeover after a failover (s), replication sync, 1 failovers, ttl 10 s:" in \
+        figures.text(report, [])
