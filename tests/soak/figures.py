@@ -11,6 +11,7 @@ the next trigger (up to the firing period) and, where the holder was silenced, t
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
@@ -98,9 +99,10 @@ def build(history: History) -> Report:
 
 def failover_takeover(history: History,
                       found: list[overlap.Interval]) -> dict[str, dict[str, float]]:
-    """p50/p95/max seconds from a failover's start to the next command of each job it
-    struck (an unscheduled job with a command running then), by kind: by the marks, which
-    a failover cannot lose."""
+    """p50/p95/max seconds from a failover's start (for a lagged one: the primary's death,
+    its lag later) to the next command of each job it struck (an unscheduled job with a
+    command running then, or a run recorded as holding its lock), by kind: by the marks,
+    which a failover cannot lose."""
     exclusion = {name for name, spec in history.jobs.items() if spec.schedule is None}
     by_job: dict[str, list[overlap.Interval]] = defaultdict(list)
     for interval in found:
@@ -109,13 +111,19 @@ def failover_takeover(history: History,
     for fault in history.faults:
         if fault.kind not in FAILOVERS:
             continue
+        # A lagged failover strikes when the primary dies, its lag after the fault began.
+        lag = re.search(r"held back ([0-9.]+)s", fault.detail)
+        struck = fault.start + (int(float(lag.group(1)) * NS) if lag else 0)
+        struck_wall = fault.start_wall + (struck - fault.start) / NS
+        holding = {r.job for r in history.runs if r.started_wall <= struck_wall
+                   and (r.finished_wall is None or r.finished_wall >= struck_wall)}
         for job in sorted(exclusion):
             commands = by_job[job]
-            if not any(i.enter <= fault.start <= i.last for i in commands):
+            if job not in holding and not any(i.enter <= struck <= i.last for i in commands):
                 continue
-            later = [i.enter for i in commands if i.enter > fault.start]
+            later = [i.enter for i in commands if i.enter > struck]
             if later:
-                samples[fault.kind].append((min(later) - fault.start) / NS)
+                samples[fault.kind].append((min(later) - struck) / NS)
     return {kind: _spread(values) for kind, values in sorted(samples.items())}
 
 

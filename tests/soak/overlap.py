@@ -179,8 +179,14 @@ class Repeat:
 
     first: Interval
     second: Interval
-    # The latest failover between the first's start and the second's (None: none).
+    # The latest failover before the second started, since shortly before the first did
+    # (None: none).
     failover: Fault | None
+
+
+# The first holder's token was given at its acquire, before its command entered: on a
+# loaded machine, up to this many seconds before (seed 23, async: 9 s).
+TOKEN_LOOKBACK = 30.0
 
 
 def repeated_tokens(found: list[Interval], faults: list[Fault]) -> list[Repeat]:
@@ -199,7 +205,8 @@ def repeated_tokens(found: list[Interval], faults: list[Fault]) -> list[Repeat]:
                             or (i.slot, i.attempt) == (later.slot, later.attempt)), None)
             if earlier is not None:
                 between = [f for f in failovers
-                           if earlier.enter <= f.end and f.start <= later.enter]
+                           if earlier.enter - TOKEN_LOOKBACK * NS <= f.end
+                           and f.start <= later.enter]
                 repeats.append(Repeat(earlier, later, between[-1] if between else None))
             seen.append(later)
     return repeats

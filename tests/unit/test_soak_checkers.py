@@ -378,3 +378,13 @@ def test_takeover_after_a_failover_counts_to_the_next_command_of_each_struck_job
     assert report.figures["failovers"] == 1
     assert "takeover after a failover (s), replication sync, 1 failovers, ttl 10 s:" in \
         figures.text(report, [])
+
+
+def test_a_token_given_on_the_old_primary_is_repeated_across_the_failover() -> None:
+    # Seed 23, async: h5 took token 4 on the old primary while its WAL receiver was held
+    # back (the failover from 0 to 7), its command entered only at 9 (a loaded machine)
+    # and stopped at 9.6; h1 was given token 4 again by the new primary at 16.
+    marks = command("w", "h5", 10, 4, 9, 9.6, done=False) + command("w", "h1", 20, 4, 16, 18)
+    lagged = [Fault("failover-lagged", None, T0, T0 + 7 * NS, SLOT, SLOT + 7, detail="a->b")]
+    [repeat] = overlap.repeated_tokens(overlap.intervals(marks), lagged)
+    assert repeat.failover == lagged[0]
