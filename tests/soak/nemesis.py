@@ -17,7 +17,7 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -237,12 +237,16 @@ class Nemesis:
         fault = Fault(kind, None, start, now_ns(), wall, time.time(), detail=(
             f"{moved}" + (f", WAL held back {p.seconds:.1f}s" if kind == "failover-lagged"
                           else "")))
+        began = time.monotonic()
         try:
             cluster.rebuild()
         except Exception as error:  # no standby from now on: no further failover
             with (self.log.parent / "cluster.log").open("a") as log:
                 log.write(f"{time.time():.3f} rebuild after {kind} failed: {error}\n")
-        return fault
+            return replace(fault, detail=f"{fault.detail}, rebuild failed")
+        # The rebuild loads the machine (a base backup, a server started): said, not excused.
+        return replace(fault, detail=f"{fault.detail}, standby rebuilt in "
+                                     f"{time.monotonic() - began:.1f}s")
 
     def terminate(self, p: Planned, host: Host) -> Fault | None:
         start, wall = now_ns(), time.time()
