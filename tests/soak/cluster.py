@@ -171,7 +171,7 @@ class Cluster:
 
     def _promote(self) -> str:
         old = self.current
-        _pg("pg_ctl", "-D", str(self.standby.pgdata), "-w", "-t", "60", "promote")
+        _pg("pg_ctl", "-D", str(self.standby.pgdata), "-w", "-t", "300", "promote")
         self.primary = 1 - self.primary
         self.local = self.current.local
         return f"{old.name}->{self.current.name}"
