@@ -228,7 +228,7 @@ def _pg(program: str, *args: str, check: bool = True) -> None:
     ids = {"user": user, "group": user, "extra_groups": []} if user else {}
     env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
     done = subprocess.run([str(_install_dir() / "bin" / program), *args],  # type: ignore[call-overload]
-                          capture_output=True, text=True, timeout=180, env=env, **ids)
+                          capture_output=True, text=True, timeout=600, env=env, **ids)
     if check and done.returncode != 0:
         raise RuntimeError(f"{program}: {done.stderr.strip()}")
 
