@@ -513,6 +513,11 @@ class Slot:
                         f"job {self.claim.job!r}: lock lost: a contender held the advisory "
                         "lock while we were cut off") from None
                 continue
+            except psycopg.OperationalError as error:
+                # Cut again (a restart after a restart): within the same bound.
+                if not _cut(conn, error) or clock.now() >= cut_until:
+                    raise
+                continue
             if not renewed:
                 raise PglockError(f"job {self.claim.job!r}: lock lost: another host took "
                                   "the lock while we were cut off")
