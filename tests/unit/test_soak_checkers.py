@@ -7,7 +7,18 @@ from __future__ import annotations
 from datetime import datetime
 
 from soak import figures, overlap, slots
-from soak.history import NS, Fault, History, Invocation, JobSpec, Mark, Run, SlotRow, Write
+from soak.history import (
+    FAILOVERS,
+    NS,
+    Fault,
+    History,
+    Invocation,
+    JobSpec,
+    Mark,
+    Run,
+    SlotRow,
+    Write,
+)
 
 HOSTS = ["h1", "h2", "h3"]
 SLOT = 1_800_000_000.0  # a minute boundary (epoch seconds)
@@ -388,3 +399,21 @@ def test_a_token_given_on_the_old_primary_is_repeated_across_the_failover() -> N
     lagged = [Fault("failover-lagged", None, T0, T0 + 7 * NS, SLOT, SLOT + 7, detail="a->b")]
     [repeat] = overlap.repeated_tokens(overlap.intervals(marks), lagged)
     assert repeat.failover == lagged[0]
+
+
+def test_a_standby_adds_failovers_and_leaves_the_seeds_of_a_run_without_one_alone() -> None:
+    from soak.nemesis import plan
+
+    alone = plan(23, 150, 5, 10.0, (4.0, 12.0))
+    # Seed 23's schedule as the soak drew it before the standby came (commit 616d9af).
+    assert [(round(p.at, 2), p.kind, p.host) for p in alone][:6] == [
+        (18.86, "partition", 0), (30.0, "restart-immediate", 3), (36.79, "pause-pglock", 2),
+        (45.46, "freeze-host", 1), (49.57, "kill-command", 4), (54.31, "clock", 0)]
+    assert not {p.kind for p in alone} & FAILOVERS
+    assert plan(23, 150, 5, 10.0, (4.0, 12.0), replication="none") == alone
+    # The suite's short soak (seed 23, 2.5 minutes, sync) meets a failover at 24 s.
+    synced = plan(23, 150, 5, 10.0, (4.0, 12.0), replication="sync")
+    assert next((round(p.at), p.kind) for p in synced if p.kind in FAILOVERS) == (24, "failover")
+    assert "failover-lagged" not in {p.kind for p in synced}
+    lagged = plan(23, 150, 5, 10.0, (4.0, 12.0), replication="async")
+    assert "failover-lagged" in {p.kind for p in lagged}
