@@ -473,24 +473,77 @@ class Slot:
             return run, self.gate.child
 
     def _record_start(self, attempt: int) -> ledger.StartedRun | None:
-        """A further attempt's start record; None: the slot is done (the lock is released)."""
+        """A further attempt's start record; None: the slot is done (the lock is released).
+        A statement cut off under it is sent again on a new connection for up to
+        --connect-timeout after the cut, as the acquire is (in advisory mode once the
+        session lock is taken back): the start that committed unseen is then the one
+        returned (start_run), not a second one."""
+        start = ledger.RunStart(command=shown(self.options.command[0]),
+                                scheduled=self.scheduled, retries=self.options.retries,
+                                attempt=attempt)
         with database.translated(f"cannot record the start of job {self.claim.job!r}"):
             conn = self.session.get()
+            cut_until: float | None = None
+            while True:
+                try:
+                    return ledger.start(conn, self.claim, start)
+                except (psycopg.errors.UniqueViolation, psycopg.errors.CheckViolation):
+                    if not self.more:
+                        # (A catch-up keeps the lock for its next slot.)
+                        lease.release(conn, self.claim)
+                    log.debug("job %r: skipped: this slot is done", self.claim.job)
+                    return None
+                except psycopg.OperationalError as error:
+                    if cut_until is None:
+                        cut_until = clock.now() + self.options.connect_timeout
+                    if not _cut(conn, error) or clock.now() >= cut_until:
+                        self._release_unstarted(conn)
+                        raise
+                    log.debug("job %r: the connection was cut while recording the start of "
+                              "attempt %d (%s): sending it again on a new one", self.claim.job,
+                              attempt, database.first_line(error))
+                    conn = self._reconnected(cut_until)
+                except psycopg.Error:
+                    self._release_unstarted(conn)
+                    raise
+
+    def _release_unstarted(self, conn: psycopg.Connection[object]) -> None:
+        # Nothing ran: others need not wait out our lease.
+        with contextlib.suppress(psycopg.Error):
+            lease.release(conn, self.claim)
+
+    def _reconnected(self, cut_until: float) -> psycopg.Connection[object]:
+        """A new connection for a statement sent again after a cut. In advisory mode the
+        session lock went with the old session: it is taken back first (and the row
+        renewed, so the lock is confirmed from then on: `sent`), waiting while a
+        contender's session holds it for the moment; a row no longer ours is a lost lock."""
+        while True:
+            self.session.close()
+            self.gate.pause(random.uniform(0.1, 0.5))
+            conn = self.session.get()
+            if self.claim.mode != "advisory":
+                return conn
+            from pglock.lock import advisory
+
+            sent = clock.now()
             try:
-                return ledger.start(conn, self.claim, ledger.RunStart(
-                    command=shown(self.options.command[0]), scheduled=self.scheduled,
-                    retries=self.options.retries, attempt=attempt))
-            except (psycopg.errors.UniqueViolation, psycopg.errors.CheckViolation):
-                if not self.more:
-                    # (A catch-up keeps the lock for its next slot.)
-                    lease.release(conn, self.claim)
-                log.debug("job %r: skipped: this slot is done", self.claim.job)
-                return None
-            except psycopg.Error:
-                # Nothing ran: others need not wait out our lease.
-                with contextlib.suppress(psycopg.Error):
-                    lease.release(conn, self.claim)
-                raise
+                _, renewed, _, _ = advisory.retake(conn, self.claim)
+            except advisory.Contended:
+                if clock.now() >= cut_until:
+                    raise PglockError(
+                        f"job {self.claim.job!r}: lock lost: a contender held the advisory "
+                        "lock while we were cut off") from None
+                continue
+            except psycopg.OperationalError as error:
+                # Cut again (a restart after a restart): within the same bound.
+                if not _cut(conn, error) or clock.now() >= cut_until:
+                    raise
+                continue
+            if not renewed:
+                raise PglockError(f"job {self.claim.job!r}: lock lost: another host took "
+                                  "the lock while we were cut off")
+            self.sent = sent
+            return conn
 
     def supervised(self, run: ledger.StartedRun, child: Child,
                    capture: output.Capture | None) -> Attempted:

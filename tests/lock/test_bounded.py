@@ -1,5 +1,6 @@
 """The acquire's statement cut off under it: sent again on a new connection within
---connect-timeout, rather than ending the run with exit 125 (issue 22)."""
+--connect-timeout, rather than ending the run with exit 125 (issue 22); a further
+attempt's start record alike (issue 34)."""
 
 from __future__ import annotations
 
@@ -7,6 +8,8 @@ import psycopg
 import pytest
 from conftest import Env
 from psycopg import sql
+
+from pglock.db.embedded import EmbeddedServer
 
 pytestmark = pytest.mark.slow
 
@@ -80,3 +83,51 @@ def test_sigterm_cancels_an_acquire_waiting_on_the_row(env: Env) -> None:
                 process.wait()
     assert [r["outcome"] for r in env.runs("cut")] == ["succeeded"]
     assert env.query("SELECT fencing_token FROM {schema}.locks WHERE job = 'cut'") == [(1,)]
+
+
+def _waiting_start(env: Env, holder: str) -> bool:
+    return bool(env.query(
+        "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
+        "AND wait_event_type = 'Lock' AND query LIKE '%%start_run%%'",
+        (f"pglock run between on {holder}",)))
+
+
+@pytest.mark.parametrize("mode", ["lease", "advisory"])
+def test_a_restart_between_two_attempts_loses_no_attempt(
+        env: Env, private_server: EmbeddedServer, mode: str) -> None:
+    """The soak's defect 3 (seed 4242): the server restarts while the start record of a
+    retried slot's second attempt is in flight (it waits on the slot's row, which a
+    transaction of the test holds). The start is sent again once the server is back (in
+    advisory mode with the session lock taken back) and the slot's last attempt runs:
+    exit 0, attempts failed then succeeded, nothing said. It used to end with exit 125,
+    "cannot record the start", and the slot missed."""
+    env.dsn = env.env["PGLOCK_DSN"] = private_server.conninfo
+    holder = f"between-{mode}"
+    process = env.popen(
+        "run", "--job", "between", "--mode", mode, "--holder", holder,
+        "--schedule", "0 0 1 1 *", "--tz", "UTC", "--retries", "1", "--retry-delay", "6s",
+        "--ttl", "30s", "--connect-timeout", "30s", "--",
+        "sh", "-c", '[ "$PGLOCK_ATTEMPT" -ge 2 ] || exit 1')
+    try:
+        env.wait_for(lambda: [r["outcome"] for r in env.runs("between")] == ["failed"] or
+                     process.poll() is not None, what="the first attempt's end")
+        assert process.poll() is None, process.communicate()
+        blocker = psycopg.connect(env.dsn)
+        try:
+            blocker.execute(sql.SQL("SELECT 1 FROM {}.slots WHERE job = 'between' FOR UPDATE")
+                            .format(sql.Identifier(env.schema)))
+            env.wait_for(lambda: _waiting_start(env, holder) or process.poll() is not None,
+                         what="the second attempt's start record waiting on the slot")
+            assert process.poll() is None, process.communicate()
+            private_server.stop()
+        finally:
+            blocker.close()
+        private_server.start()
+        assert process.communicate(timeout=90) == ("", "")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0
+    runs = env.runs("between")
+    assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "failed"), (2, "succeeded")]

@@ -122,13 +122,44 @@ def test_the_database_refuses_an_attempt_past_the_limit(env: Env) -> None:
         assert lease.try_acquire(conn, claim) is lease.Attempt.WON
 
         def start() -> ledger.StartedRun:
-            return ledger.start(conn, claim, ledger.RunStart(
+            # Each attempt ends before the next starts (a start sent again while its run
+            # is still running is that run: the next test).
+            run = ledger.start(conn, claim, ledger.RunStart(
                 command="true", scheduled=scheduled, retries=1))
+            ledger.finish(conn, claim, run.id, ledger.RunResult(ledger.Outcome.FAILED, 1, 0.1),
+                          keep=True)
+            return run
 
         assert [(r.attempt, r.attempt_limit) for r in (start(), start())] == [(1, 2), (2, 2)]
         with pytest.raises(psycopg.errors.CheckViolation):
             start()
     assert [r["attempt"] for r in env.runs("capped")] == [1, 2]
+
+
+def test_a_start_sent_again_is_the_one_that_committed_unseen(env: Env) -> None:
+    """A further attempt's start record sent again after a cut (the first one committed,
+    its answer lost) returns that start, the same run: no run marked abandoned, no attempt
+    of the slot spent on nothing, even its last one (the soak's defect 3)."""
+    import psycopg
+
+    from pglock.db import schema
+    from pglock.lock import lease, ledger
+
+    slot = datetime(2026, 1, 1, tzinfo=UTC)
+    scheduled = ledger.Scheduled(YEARLY, "UTC", slot, slot + timedelta(days=365), 60.0)
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        schema.ensure(conn, env.schema)
+        claim = lease.Claim(job="resent", schema=env.schema, ttl=60, slot=slot)
+        start = ledger.RunStart(command="true", scheduled=scheduled, retries=1)
+        assert lease.try_acquire(conn, claim, start) is lease.Attempt.WON
+        assert claim.run is not None
+        ledger.finish(conn, claim, claim.run.id, ledger.RunResult(ledger.Outcome.FAILED, 1, 0.1),
+                      keep=True)
+        second = start._replace(attempt=2)
+        first, again = ledger.start(conn, claim, second), ledger.start(conn, claim, second)
+        assert again == first and (first.attempt, first.attempt_limit) == (2, 2)
+    assert [(r["attempt"], r["outcome"]) for r in env.runs("resent")] == [
+        (1, "failed"), (2, "running")]
 
 
 def test_on_failure_fires_once_for_the_slot(env: Env) -> None:

@@ -2,9 +2,10 @@
 the defect the soak found, reproduced alone.
 
 The short run is the long one's program (`scripts/soak`) for 2.5 minutes: five hosts in
-network namespaces, the nemesis, both checkers. It needs root and iproute2, and a C
-compiler for its clock faults (.ci/run installs them). Its three promises are three
-tests, so that a known defect marks one of them and not the others.
+network namespaces, a primary and a synchronous standby, the nemesis (failovers
+included), both checkers. It needs root and iproute2, and a C compiler for its clock
+faults (.ci/run installs them). Its three promises are three tests, so that a known
+defect marks one of them and not the others.
 """
 
 from __future__ import annotations
@@ -25,6 +26,9 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 23
 MINUTES = 2.5
+# Synchronous until issue 33 (no window after a promotion) is merged: seed 23's first
+# failover with an asynchronous standby is a lagged one, which may give a token twice.
+REPLICATION = "sync"
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
                                 reason="the soak needs root and iproute2")
@@ -36,7 +40,7 @@ def report(tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
     # Its own addresses and names: a soak run by hand may be going on beside the suite.
     done = subprocess.run(
         [sys.executable, "-m", "soak", "--minutes", str(MINUTES), "--seed", str(SEED),
-         "--net", "10.201", "--prefix", "st", "--out", str(out)],
+         "--replication", REPLICATION, "--net", "10.201", "--prefix", "st", "--out", str(out)],
         env={**os.environ, "PYTHONPATH": str(ROOT / "tests")}, capture_output=True, text=True,
         timeout=900, check=False)
     print(done.stdout)
@@ -53,6 +57,7 @@ def test_the_short_soak_checked_a_fleet_under_faults(report: dict[str, Any]) -> 
     assert sum(n for kind, n in figures["faults"].items() if not kind.startswith("observed")) >= 5
     assert figures["slots_checked"] >= 8
     assert figures["commands"] >= 20
+    assert figures["failovers"] >= 1, figures["faults"]
 
 
 @needs_root
@@ -60,6 +65,7 @@ def test_the_short_soak_checked_a_fleet_under_faults(report: dict[str, Any]) -> 
 def test_no_two_holders_at_once(report: dict[str, Any]) -> None:
     figures = report["figures"]
     assert figures["overlaps"] == 0, [d for d in report["defects"] if "ran together" in d]
+    assert figures["repeated_tokens"] == 0, [d for d in report["defects"] if "repeated" in d]
     assert not [d for d in report["defects"] if "below one accepted" in d]
 
 

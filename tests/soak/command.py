@@ -2,9 +2,10 @@
 
     command.py MARKS HOST DSN SECONDS FAIL_CHANCES SEED
 
-Marks (enter, a tick every 0.1 s, done or leave) go to MARKS with O_APPEND, one
-unbuffered write per line, read on CLOCK_BOOTTIME. pglock may run with the wall-clock
-shim loaded for a clock offset (wallclock.c); this command is started through
+Marks (enter, a tick every 0.1 s, fail when it is about to exit 1, done or leave) go
+to MARKS with O_APPEND, one unbuffered write per line, read on CLOCK_BOOTTIME. pglock
+may run with the wall-clock shim loaded for a clock offset (wallclock.c); this command
+is started through
 `env -u LD_PRELOAD` so that no faked clock is loaded here at all. Every 0.5 s a thread
 writes the fencing token to the guarded resource (soak.fenced_write), which refuses a
 stale one. FAIL_CHANCES is a comma-separated chance per attempt (the last for any later
@@ -83,9 +84,14 @@ def main() -> None:
         time.sleep(TICK)
         marker.mark("tick")
     stop.set()
+    failing = fails(seed, [float(c) for c in chances.split(",")])
+    if failing:
+        # Said before `done`: a command that worked to its end and exits 0 is a completion
+        # (the slot checker finds completions the database lost in a failover).
+        marker.mark("fail")
     marker.mark("done")
     # os._exit: the writer may sit in a connect to a host cut off; do not wait for it.
-    os._exit(1 if fails(seed, [float(c) for c in chances.split(",")]) else 0)
+    os._exit(1 if failing else 0)
 
 
 if __name__ == "__main__":

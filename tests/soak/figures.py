@@ -11,12 +11,13 @@ the next trigger (up to the firing period) and, where the holder was silenced, t
 from __future__ import annotations
 
 import math
+import re
 from collections import Counter, defaultdict
 from dataclasses import dataclass, field
 from typing import Any
 
 from . import overlap, slots
-from .history import Fault, History, Run
+from .history import FAILOVERS, NS, Fault, History, Run
 
 STRIKES_HOLDERS = frozenset({"partition", "pause-pglock", "freeze-host", "kill-pglock",
                              "kill-command", "restart-fast", "restart-immediate",
@@ -32,6 +33,8 @@ class Report:
     excused: list[str] = field(default_factory=list)
     # Missed slots a fault explains, one line each with what accounts for each host.
     explained: list[str] = field(default_factory=list)
+    # Slots whose completion a failover lost with the old primary (asynchronous standby).
+    lost: list[str] = field(default_factory=list)
 
     @property
     def passed(self) -> bool:
@@ -45,6 +48,8 @@ def build(history: History) -> Report:
     for pair in pairs:
         line = _describe(pair)
         (report.defects if pair.verdict == "defect" else report.excused).append(line)
+    repeats = overlap.repeated_tokens(found, history.faults)
+    report.defects += [_repeat(r) for r in repeats]
     stale = overlap.stale_writes(history.writes)
     report.defects += [f"write {w.id} of {w.job} seat {w.seat} accepted token {w.token} "
                        f"below one accepted before" for w in stale.accepted_lower]
@@ -53,6 +58,8 @@ def build(history: History) -> Report:
     for v in verdicts:
         if v.state == "missed-explained":
             report.explained.append(f"slot {_slot(v.slot)} of {v.job}: " + "; ".join(v.why))
+        if v.state == "lost-completion":
+            report.lost.append(f"slot {_slot(v.slot)} of {v.job}: " + "; ".join(v.why))
         if v.state in ("duplicate", "missed-unexplained"):
             report.defects.append(f"slot {_slot(v.slot)} of {v.job}: {v.state}: "
                                   + "; ".join(v.why))
@@ -67,10 +74,14 @@ def build(history: History) -> Report:
         "overlaps": verdict_counts["defect"],
         "overlaps_frozen_host": verdict_counts["frozen-host"],
         "overlaps_advisory_window": verdict_counts["advisory-window"],
+        "repeated_tokens": len(repeats),
+        "replication": history.replication,
+        "failovers": sum(f.kind in FAILOVERS for f in history.faults),
         "slots_checked": len(verdicts),
         "slots_ran": states["ran"],
         "slots_dead": states["dead"],
         "duplicate_slots": states["duplicate"],
+        "lost_completions": states["lost-completion"],
         "unexplained_misses": states["missed-unexplained"],
         "unexplained_misses_by_job": dict(sorted(Counter(
             v.job for v in verdicts if v.state == "missed-unexplained").items())),
@@ -80,8 +91,54 @@ def build(history: History) -> Report:
         "writes_accepted": sum(w.accepted for w in history.writes),
         "stale_writes_refused": stale.refused,
         "takeover": takeover(history),
+        "takeover_after_failover": failover_takeover(history, found),
+        "ttl": max((spec.ttl for spec in history.jobs.values()), default=0.0),
     }
     return report
+
+
+def failover_takeover(history: History,
+                      found: list[overlap.Interval]) -> dict[str, dict[str, float]]:
+    """p50/p95/max seconds from a failover's start (for a lagged one: the primary's death,
+    its lag later) to the next command of each job it struck (an unscheduled job with a
+    command running then, or a run recorded as holding its lock), by kind: by the marks,
+    which a failover cannot lose."""
+    exclusion = {name for name, spec in history.jobs.items() if spec.schedule is None}
+    by_job: dict[str, list[overlap.Interval]] = defaultdict(list)
+    for interval in found:
+        by_job[interval.job].append(interval)
+    samples: dict[str, list[float]] = defaultdict(list)
+    for fault in history.faults:
+        if fault.kind not in FAILOVERS:
+            continue
+        # A lagged failover strikes when the primary dies, its lag after the fault began.
+        lag = re.search(r"held back ([0-9.]+)s", fault.detail)
+        struck = fault.start + (int(float(lag.group(1)) * NS) if lag else 0)
+        struck_wall = fault.start_wall + (struck - fault.start) / NS
+        holding = {r.job for r in history.runs if r.started_wall <= struck_wall
+                   and (r.finished_wall is None or r.finished_wall >= struck_wall)}
+        for job in sorted(exclusion):
+            commands = by_job[job]
+            if job not in holding and not any(i.enter <= struck <= i.last for i in commands):
+                continue
+            later = [i.enter for i in commands if i.enter > struck]
+            if later:
+                samples[fault.kind].append((min(later) - struck) / NS)
+    return {kind: _spread(values) for kind, values in sorted(samples.items())}
+
+
+def _repeat(repeat: overlap.Repeat) -> str:
+    a, b, failover = repeat.first, repeat.second, repeat.failover
+    across = ("no failover between" if failover is None else
+              f"across {failover.kind} ({failover.detail}) at {_clock(failover.start_wall)}")
+    return (f"repeated token: {a.job} seat {a.seat}: token {a.token} on {a.host} (pid {a.pid}) "
+            f"and on {b.host} (pid {b.pid}), {across}")
+
+
+def _clock(wall: float) -> str:
+    import datetime
+
+    return datetime.datetime.fromtimestamp(wall, datetime.UTC).strftime("%H:%M:%S")
 
 
 def takeover(history: History) -> dict[str, dict[str, float]]:
@@ -147,7 +204,8 @@ def text(report: Report, header: list[str]) -> str:
     lines.append(f"invocations of pglock run: {f['invocations']}; runs recorded: {f['runs']} "
                  f"({', '.join(f'{k} {v}' for k, v in f['runs_by_outcome'].items())}); "
                  f"commands seen: {f['commands']}")
-    lines.append(f"overlaps (held by two): {f['overlaps']}")
+    lines.append(f"overlaps (held by two): {f['overlaps']}; repeated fencing tokens: "
+                 f"{f.get('repeated_tokens', 0)}")
     lines.append(f"overlaps outside the promise: host frozen past its lease "
                  f"{f['overlaps_frozen_host']}, advisory reconnect window "
                  f"{f['overlaps_advisory_window']}")
@@ -155,13 +213,24 @@ def text(report: Report, header: list[str]) -> str:
                  f"{f['slots_dead']}); duplicate slots: {f['duplicate_slots']}; "
                  f"unexplained misses: {f['unexplained_misses']}; explained misses: "
                  f"{f['explained_misses']} ({f['explained_misses_by_stall']} of them with a "
-                 f"stall of the machine)")
+                 f"stall of the machine)"
+                 + (f"; completions lost with the old primary: {f['lost_completions']}"
+                    if f.get("replication", "none") != "none" else ""))
     lines.append(f"guarded writes: accepted {f['writes_accepted']}, stale writes refused "
                  f"{f['stale_writes_refused']}")
     lines.append("takeover after a fault (s):")
     for kind, spread in f["takeover"].items():
         lines.append(f"  {kind:18} n={spread['n']:<4} p50={spread['p50']:<6} "
                      f"p95={spread['p95']:<6} max={spread['max']}")
+    if f.get("replication", "none") != "none":
+        lines.append(f"takeover after a failover (s), replication {f['replication']}, "
+                     f"{f['failovers']} failovers, ttl {f['ttl']:g} s:")
+        for kind, spread in f["takeover_after_failover"].items():
+            lines.append(f"  {kind:18} n={spread['n']:<4} p50={spread['p50']:<6} "
+                         f"p95={spread['p95']:<6} max={spread['max']}")
+    if report.lost:
+        lines.append("completions lost with the old primary (asynchronous standby):")
+        lines += [f"  {line}" for line in report.lost]
     if report.excused:
         lines.append("outside the promise:")
         lines += [f"  {line}" for line in report.excused]

@@ -26,6 +26,8 @@ class Host:
     index: int
     prefix: str
     net: str  # the first two octets, e.g. "10.200"
+    # The server's ports on the link: one, or a primary's and a standby's (cluster.py).
+    ports: tuple[int, ...] = (5432,)
 
     @property
     def name(self) -> str:
@@ -49,7 +51,12 @@ class Host:
 
     @property
     def dsn(self) -> str:
-        return f"host={self.server_ip} port=5432 dbname=postgres user=postgres"
+        if len(self.ports) == 1:
+            return f"host={self.server_ip} port={self.ports[0]} dbname=postgres user=postgres"
+        # A primary and a standby: the fleet finds the primary as docs/ha.md tells it to.
+        return (f"host={','.join([self.server_ip] * len(self.ports))} "
+                f"port={','.join(map(str, self.ports))} dbname=postgres user=postgres "
+                "target_session_attrs=read-write")
 
     def exec_prefix(self) -> list[str]:
         """Argv prefix that runs a program on this host (it execs: same pid)."""
@@ -127,5 +134,5 @@ def _signal(pid: int, signum: int) -> None:
         os.kill(pid, signum)
 
 
-def hosts(count: int, prefix: str, net: str) -> list[Host]:
-    return [Host(i, prefix, net) for i in range(1, count + 1)]
+def hosts(count: int, prefix: str, net: str, ports: tuple[int, ...] = (5432,)) -> list[Host]:
+    return [Host(i, prefix, net, ports) for i in range(1, count + 1)]

@@ -18,6 +18,9 @@ from pathlib import Path
 from typing import Any, TypeVar
 
 NS = 1_000_000_000
+# The faults that promote the standby (a soak with --replication): the lagged one held the
+# standby's WAL receiver back first, so the new primary lacks the old one's last commits.
+FAILOVERS = frozenset({"switchover", "failover", "failover-lagged"})
 
 
 def now_ns() -> int:
@@ -54,8 +57,9 @@ class JobSpec:
 
 @dataclass(frozen=True)
 class Mark:
-    """One line a command wrote: `enter`, `tick` (every 0.1 s), `done` (worked to the end,
-    about to exit) or `leave` (stopped by SIGTERM)."""
+    """One line a command wrote: `enter`, `tick` (every 0.1 s), `fail` (about to exit 1 on
+    purpose, written before its `done`), `done` (worked to the end, about to exit) or
+    `leave` (stopped by SIGTERM)."""
 
     at: int
     kind: str
@@ -166,6 +170,8 @@ class History:
     # The scheduled slots the checkers expect (epoch seconds): every fire time cron
     # reached on every host while the fleet was firing.
     expected_slots: list[float] = field(default_factory=list)
+    # The server: "none" (one), or a primary and a standby, "sync" or "async".
+    replication: str = "none"
 
 
 T = TypeVar("T")

@@ -1,6 +1,6 @@
 """`scripts/soak`: run the fleet under the nemesis, then check and report.
 
-    scripts/soak --minutes 30 [--seed N] [--hosts 5] [--out DIR]
+    scripts/soak --minutes 30 [--seed N] [--hosts 5] [--replication none|sync|async] [--out DIR]
     scripts/soak --recheck DIR          (the checkers again, on a saved soak)
 
 Needs root (network namespaces, signals to every process) and iproute2; clock offsets
@@ -25,6 +25,7 @@ from pathlib import Path
 from typing import Any
 
 from . import figures
+from .cluster import PORTS, Cluster
 from .cron import PGLOCK, Cron, build_shim
 from .fleet import hosts
 from .history import (
@@ -81,6 +82,8 @@ def parse(argv: list[str]) -> argparse.Namespace:
     parser.add_argument("--net", default="10.200",
                         help="first two octets of the private links made for the hosts")
     parser.add_argument("--prefix", default="sk", help="names of the namespaces and links")
+    parser.add_argument("--replication", choices=("none", "sync", "async"), default="none",
+                        help="a standby beside the primary, and failovers (docs/soak.md)")
     parser.add_argument("--out", type=Path, help="where the history and report are kept")
     parser.add_argument("--recheck", type=Path, metavar="DIR",
                         help="check a saved soak's history again; run nothing")
@@ -116,12 +119,16 @@ def missing() -> str:
 
 def soak(args: argparse.Namespace, out: Path) -> None:
     """Set the fleet up, run it, save the history, and tear it down whatever happens."""
-    fleet = hosts(args.hosts, args.prefix, args.net)
+    replicated = args.replication != "none"
+    fleet = hosts(args.hosts, args.prefix, args.net, PORTS if replicated else (5432,))
     jobs = fleet_jobs()
-    server = Server(out / "db", [h.server_ip for h in fleet], args.net)
+    addresses = [h.server_ip for h in fleet]
+    server = (Cluster(out, addresses, args.net, synchronous=args.replication == "sync")
+              if replicated else Server(out / "db", addresses, args.net))
     meta: dict[str, Any] = {"seed": args.seed, "minutes": args.minutes,
                             "hosts": [h.name for h in fleet], "command": command_line(args),
-                            "jobs": [asdict(j) for j in jobs]}
+                            "jobs": [asdict(j) for j in jobs],
+                            "replication": args.replication}
     nemesis: Nemesis | None = None
     try:
         for host in fleet:
@@ -149,7 +156,7 @@ def fire(args: argparse.Namespace, cron: Cron, nemesis: Nemesis, meta: dict[str,
     the faults heal and every pglock started is waited for."""
     seconds = args.minutes * 60
     schedule = plan(args.seed, seconds, len(cron.hosts), TTL, tuple(args.gap),
-                    clock=cron.shim is not None)
+                    clock=cron.shim is not None, replication=args.replication)
     meta["started"] = time.time()
     injector = threading.Thread(target=nemesis.run, args=(schedule, time.monotonic()),
                                 daemon=True)
@@ -174,10 +181,12 @@ def command_line(args: argparse.Namespace) -> str:
         words += ["--period", f"{args.period:g}"]
     if tuple(args.gap) != GAP:
         words += ["--gap", *(f"{g:g}" for g in args.gap)]
+    if args.replication != "none":
+        words += ["--replication", args.replication]
     return " ".join(words)
 
 
-def save(server: Server, out: Path) -> None:
+def save(server: Server | Cluster, out: Path) -> None:
     """The database's side of the history, as JSON lines beside the fleet's."""
     runs = [Run(*row) for row in server.fetch(  # type: ignore[arg-type]
         "SELECT id, job, extract(epoch FROM slot)::float8, attempt, seat, holder, "
@@ -205,6 +214,7 @@ def history(out: Path) -> tuple[History, dict[str, Any]]:
     found.slots = load(SlotRow, out / "slots.jsonl")
     found.writes = load(Write, out / "writes.jsonl")
     found.expected_slots = expected_slots(meta["started"], meta["stopped"])
+    found.replication = meta.get("replication", "none")
     return found, meta
 
 
@@ -220,7 +230,8 @@ def report(out: Path) -> int:
     load = meta.get("load") or {}
     clock = "" if meta.get("clock_faults", True) else " (no clock faults: no C compiler)"
     header = [f"pglock soak: {meta['command']}{clock}",
-              f"seed {meta['seed']}, {meta['minutes']} minutes, hosts "
+              f"seed {meta['seed']}, {meta['minutes']} minutes, replication "
+              f"{meta.get('replication', 'none')}, hosts "
               f"{', '.join(found.hosts)}, jobs {', '.join(found.jobs)}",
               f"faults skipped (target busy or absent): {meta.get('faults_skipped', '?')}; "
               f"pglock runs still going at the end and killed: "

@@ -3,7 +3,9 @@
 The seed fixes when each fault comes, its kind, its host and its length. Which pglock a
 process fault hits is whatever runs on that host at that moment (the first one the
 seeded generator picks), so two runs with one seed inject the same faults but not
-always into the same runs. No failover: the soak's server has no replica (docs/soak.md).
+always into the same runs. With a standby (`--replication`, cluster.py) it fails over
+too: a planned switchover, an unplanned failover, and (asynchronous only) a failover
+that loses the last transactions; a run without one draws the faults it always drew.
 """
 
 from __future__ import annotations
@@ -15,17 +17,27 @@ import signal
 import threading
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from .cron import Cron, Launch
 from .fleet import Host
 from .history import Fault, append, now_ns
 from .server import Server
 
+if TYPE_CHECKING:
+    from .cluster import Cluster
+
 WEIGHTS = {"partition": 2, "pause-pglock": 2, "freeze-host": 2, "kill-pglock": 2,
            "kill-command": 1, "restart-fast": 1, "restart-immediate": 1, "terminate": 2,
            "clock": 1}
+# With a standby, besides: the failovers (history.FAILOVERS). The lagged one (the WAL
+# receiver held back, then the primary killed) loses transactions: asynchronous only.
+FAILOVER_WEIGHTS = {"sync": {"switchover": 1, "failover": 2},
+                    "async": {"switchover": 1, "failover": 1, "failover-lagged": 1}}
+# How long an asynchronous primary runs on alone before it dies (seconds).
+LAG = (1.0, 5.0)
 # docs/lease.md: hosts' clocks within 10 s of each other are what a trigger tolerates.
 MAX_OFFSET = 9
 
@@ -41,11 +53,13 @@ class Planned:
 
 
 def plan(seed: int, seconds: float, hosts: int, ttl: float, gap: tuple[float, float],
-         warmup: float = 10.0, clock: bool = True) -> list[Planned]:
+         warmup: float = 10.0, clock: bool = True, replication: str = "none",
+         ) -> list[Planned]:
     """The faults, drawn from the seed (without clock faults when `clock` is false: the
-    same draws, a clock fault's turn left empty)."""
+    same draws, a clock fault's turn left empty). With a standby, failovers among them."""
     rng = random.Random(f"{seed}:nemesis")
-    kinds, weights = zip(*WEIGHTS.items(), strict=True)
+    kinds, weights = zip(*{**WEIGHTS, **FAILOVER_WEIGHTS.get(replication, {})}.items(),
+                         strict=True)
     schedule: list[Planned] = []
     at = warmup
     while True:
@@ -57,6 +71,11 @@ def plan(seed: int, seconds: float, hosts: int, ttl: float, gap: tuple[float, fl
                   "freeze-host": rng.uniform(1, 2 * ttl), "clock": rng.uniform(20, 90),
                   "restart-fast": rng.uniform(0, 3),
                   "restart-immediate": rng.uniform(0, 3)}.get(kind, 0.0)
+        if replication != "none":
+            # Drawn with a standby only: a run without one keeps its seeds' schedules.
+            lag = rng.uniform(*LAG)
+            if kind == "failover-lagged":
+                length = lag
         offset = rng.choice([s * v for v in range(1, MAX_OFFSET + 1) for s in (-1, 1)])
         planned = Planned(at, kind, rng.randrange(hosts), length, offset,
                           rng.randrange(1 << 30))
@@ -65,7 +84,8 @@ def plan(seed: int, seconds: float, hosts: int, ttl: float, gap: tuple[float, fl
 
 
 class Nemesis:
-    def __init__(self, cron: Cron, server: Server, hosts: list[Host], out: Path) -> None:
+    def __init__(self, cron: Cron, server: Server | Cluster, hosts: list[Host],
+                 out: Path) -> None:
         self.cron = cron
         self.server = server
         self.hosts = hosts
@@ -187,6 +207,47 @@ class Nemesis:
         return Fault(f"restart-{mode}", None, start, now_ns(), wall, time.time(),
                      detail=f"down {p.seconds:.1f}s more")
 
+    # Failovers (a standby in the soak: cluster.py). The fault lasts from the first act
+    # (the primary stopped or killed, or the standby held back) until the new primary
+    # takes writes; the old primary is then rebuilt as the new standby, under the same
+    # claim, so that no other fault of the server comes meanwhile.
+
+    def switchover(self, p: Planned, host: Host) -> Fault | None:
+        return self._failover("switchover", p)
+
+    def failover(self, p: Planned, host: Host) -> Fault | None:
+        return self._failover("failover", p)
+
+    def failover_lagged(self, p: Planned, host: Host) -> Fault | None:
+        return self._failover("failover-lagged", p)
+
+    def _failover(self, kind: str, p: Planned) -> Fault | None:
+        cluster = self.server
+        assert not isinstance(cluster, Server)
+        if cluster.streaming() is None:
+            return None  # no standby to promote (its rebuild failed)
+        start, wall = now_ns(), time.time()
+        if kind == "switchover":
+            moved = cluster.switchover()
+        else:
+            if kind == "failover-lagged":
+                cluster.hold_back()
+                time.sleep(p.seconds)
+            moved = cluster.failover()
+        fault = Fault(kind, None, start, now_ns(), wall, time.time(), detail=(
+            f"{moved}" + (f", WAL held back {p.seconds:.1f}s" if kind == "failover-lagged"
+                          else "")))
+        began = time.monotonic()
+        try:
+            cluster.rebuild()
+        except Exception as error:  # no standby from now on: no further failover
+            with (self.log.parent / "cluster.log").open("a") as log:
+                log.write(f"{time.time():.3f} rebuild after {kind} failed: {error}\n")
+            return replace(fault, detail=f"{fault.detail}, rebuild failed")
+        # The rebuild loads the machine (a base backup, a server started): said, not excused.
+        return replace(fault, detail=f"{fault.detail}, standby rebuilt in "
+                                     f"{time.monotonic() - began:.1f}s")
+
     def terminate(self, p: Planned, host: Host) -> Fault | None:
         start, wall = now_ns(), time.time()
         try:
@@ -224,7 +285,8 @@ def _claim(kind: str, host: Host) -> str:
     resuming a paused pglock, two restarts at once); "" for an instant fault."""
     return {"partition": f"net:{host.name}", "pause-pglock": f"process:{host.name}",
             "freeze-host": f"process:{host.name}", "clock": f"clock:{host.name}",
-            "restart-fast": "server", "restart-immediate": "server"}.get(kind, "")
+            "restart-fast": "server", "restart-immediate": "server", "switchover": "server",
+            "failover": "server", "failover-lagged": "server"}.get(kind, "")
 
 
 def _signal(pid: int, signum: int) -> None:

@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .history import NS, Fault, JobSpec, Mark, Run, Write
+from .history import FAILOVERS, NS, Fault, JobSpec, Mark, Run, Write
 
 # docs/advisory.md: a check every 1.5 s, then SIGTERM, SIGKILL a grace later (at most
 # ttl/4); one more second for a loaded machine's scheduling.
@@ -49,6 +49,9 @@ class Interval:
     last: int
     # The command worked to its end (a `done` mark): nothing cut it short.
     done: bool
+    # Its slot (PGLOCK_SLOT, "" without one) and attempt: one run's attempts share a token.
+    slot: str = ""
+    attempt: int = 0
 
 
 @dataclass(frozen=True)
@@ -81,7 +84,8 @@ def intervals(marks: Iterable[Mark]) -> list[Interval]:
         first = process_marks[0]
         found.append(Interval(first.job, first.seat, first.token, first.host, first.pid,
                               first.at, process_marks[-1].at,
-                              any(m.kind == "done" for m in process_marks)))
+                              any(m.kind == "done" for m in process_marks),
+                              first.slot, first.attempt))
     return sorted(found, key=lambda i: i.enter)
 
 
@@ -166,3 +170,43 @@ def stale_writes(writes: Iterable[Write]) -> StaleWrites:
             lower.append(write)
         highest[key] = max(highest.get(key, write.token), write.token)
     return StaleWrites(refused, lower)
+
+
+@dataclass(frozen=True)
+class Repeat:
+    """Two holders given one fencing token (of a job's seat): the later one's writes pass
+    the guard as the earlier one's did, so the token fences nothing between them."""
+
+    first: Interval
+    second: Interval
+    # The latest failover before the second started, since shortly before the first did
+    # (None: none).
+    failover: Fault | None
+
+
+# The first holder's token was given at its acquire, before its command entered: on a
+# loaded machine, up to this many seconds before (seed 23, async: 9 s).
+TOKEN_LOOKBACK = 30.0
+
+
+def repeated_tokens(found: list[Interval], faults: list[Fault]) -> list[Repeat]:
+    """Commands of one job and seat under one token that are not one run's attempts: on
+    two hosts, or twice the same attempt on one host. A defect whatever explains it (a
+    failover that lost the token's last increment included: issue 33)."""
+    by_token: dict[tuple[str, int, int], list[Interval]] = defaultdict(list)
+    for interval in found:
+        by_token[(interval.job, interval.seat, interval.token)].append(interval)
+    failovers = sorted((f for f in faults if f.kind in FAILOVERS), key=lambda f: f.start)
+    repeats = []
+    for group in by_token.values():
+        seen: list[Interval] = []
+        for later in sorted(group, key=lambda i: i.enter):
+            earlier = next((i for i in seen if i.host != later.host
+                            or (i.slot, i.attempt) == (later.slot, later.attempt)), None)
+            if earlier is not None:
+                between = [f for f in failovers
+                           if earlier.enter - TOKEN_LOOKBACK * NS <= f.end
+                           and f.start <= later.enter]
+                repeats.append(Repeat(earlier, later, between[-1] if between else None))
+            seen.append(later)
+    return repeats

@@ -7,6 +7,11 @@ that carry it. A slot is
 - `dead`: its attempts were spent without a success (allowed: the command failed, or a
   fault cut an attempt short; an attempt cut short by no fault is a defect);
 - `duplicate`: more than one `succeeded` run (a defect);
+- `lost-completion` (a soak with an asynchronous standby only): a command of the slot
+  worked to its end and exited 0 (its marks say so), but no `succeeded` run of it is
+  recorded, and a failover came as it ended: the new primary never got the record of
+  its end (the slot may have run again). Counted on its own line with the failover that
+  lost it, as docs/ha.md says it may happen;
 - `missed`: none of the above; `explained` when every host's part in it is accounted
   for by a fault, else `unexplained` (a defect).
 
@@ -14,7 +19,8 @@ A host's part in a missed slot is accounted for when its invocation for the slot
 
 - ran an attempt that a fault cut short (a fault on that host or on the server during
   the attempt; a fault aimed at one pglock counts for its own job only): with one
-  trigger per host per slot, nobody retries it;
+  trigger per host per slot, nobody retries it; or ran an attempt that failed, and a
+  fault then ended its pglock (exit 125, a signal) before the next attempt started;
 - failed to reach the database or to run (exit 125, a signal) while a fault touched that
   host or the server;
 - was refused (exit 75, held elsewhere) while a run of the job held the lock (any slot's:
@@ -30,8 +36,9 @@ from __future__ import annotations
 
 from collections import defaultdict
 from dataclasses import dataclass, field
+from datetime import datetime
 
-from .history import Fault, History, Invocation, JobSpec, Run
+from .history import FAILOVERS, NS, Fault, History, Invocation, JobSpec, Mark, Run
 
 # Outcomes a fault leaves (a run the fleet's command itself ended is `succeeded` or
 # `failed` with the command's own exit code).
@@ -40,6 +47,21 @@ CUT_SHORT = frozenset({"abandoned", "lock_lost", "killed", "running", "failed", 
 CONFLICT = 75
 # The largest clock offset the nemesis gives a host (seconds): cron fires that early or late.
 MAX_OFFSET = 10.0
+# How long before an asynchronous failover began a completion may still have been on its
+# way to the standby (seconds): the end record follows the command's exit, and the
+# standby replays behind the primary on a loaded machine.
+REPLICATION_LAG = 5.0
+
+
+@dataclass(frozen=True)
+class Completion:
+    """A command of a slot that worked to its end and exited 0 (its marks)."""
+
+    host: str
+    pid: int
+    token: int
+    attempt: int
+    done: int  # its `done` mark (CLOCK_BOOTTIME ns)
 
 
 @dataclass
@@ -70,15 +92,60 @@ def check(history: History) -> list[SlotVerdict]:
     by_job: dict[str, list[Run]] = defaultdict(list)
     for run in history.runs:
         by_job[run.job].append(run)
+    completed = completions(history.marks)
     verdicts = []
     for spec in history.jobs.values():
         if spec.schedule is None:
             continue
         for slot in history.expected_slots:
             key = (spec.name, slot)
+            lost = lost_completions(runs[key], completed[key], history)
+            if lost and sum(r.outcome == "succeeded" for r in runs[key]) <= 1:
+                verdicts.append(SlotVerdict(spec.name, slot, "lost-completion", lost))
+                continue
             verdicts.append(judge(spec, slot, runs[key], invocations[key], key in dead,
                                   history, by_job[spec.name]))
     return verdicts
+
+
+def completions(marks: list[Mark]) -> dict[tuple[str, float], list[Completion]]:
+    """The commands of each (job, slot) that worked to their end and exited 0."""
+    by_process: dict[tuple[str, int, int, str, int, str, int], list[Mark]] = defaultdict(list)
+    for m in marks:
+        if m.slot:
+            by_process[(m.job, m.seat, m.token, m.host, m.pid, m.slot, m.attempt)].append(m)
+    found: dict[tuple[str, float], list[Completion]] = defaultdict(list)
+    for (job, _, token, host, pid, slot, attempt), process in by_process.items():
+        kinds = {m.kind for m in process}
+        if "done" in kinds and "fail" not in kinds:
+            done = max(m.at for m in process if m.kind == "done")
+            found[(job, datetime.fromisoformat(slot).timestamp())].append(
+                Completion(host, pid, token, attempt, done))
+    return found
+
+
+def lost_completions(runs: list[Run], completed: list[Completion],
+                     history: History) -> list[str]:
+    """With an asynchronous standby: the slot's completions that no succeeded run records,
+    each lost with the old primary in a failover that came as it ended, one line each
+    (empty unless every unrecorded completion is so lost)."""
+    if history.replication != "async":
+        return []
+    recorded = {(r.holder, r.token, r.attempt) for r in runs if r.outcome == "succeeded"}
+    unrecorded = [c for c in completed if (c.host, c.token, c.attempt) not in recorded]
+    lines = []
+    for c in unrecorded:
+        failover = next((f for f in history.faults if f.kind in FAILOVERS
+                         and f.start - REPLICATION_LAG * NS <= c.done <= f.end + NS), None)
+        if failover is None:
+            return []
+        again = [r for r in runs if r.outcome == "succeeded"]
+        lines.append(f"attempt {c.attempt} on {c.host} (token {c.token}, pid {c.pid}) "
+                     f"succeeded, its end lost with the old primary in {failover.kind} "
+                     f"({failover.detail})"
+                     + (f"; ran again: run {again[0].id} on {again[0].holder}" if again
+                        else ""))
+    return lines
 
 
 def judge(spec: JobSpec, slot: float, runs: list[Run], invocations: list[Invocation],
@@ -112,18 +179,24 @@ def explain_miss(spec: JobSpec, slot: float, runs: list[Run], invocations: list[
     were retried in place (their failures are the command's own)."""
     reasons: list[str] = []
     unexplained: list[str] = []
+    by_host = {i.host: i for i in invocations}
     if runs:
         ordered = sorted(runs, key=lambda r: (r.attempt or 0, r.id))
         last = ordered[-1]
         attempts = ", ".join(f"#{r.attempt} {r.outcome} on {r.holder}" for r in ordered)
         fault = _cutting(last, spec, history.faults)
-        if fault is None:
+        between = None if fault is not None else _between(last, by_host.get(last.holder),
+                                                          spec, history.faults)
+        if fault is not None:
+            reasons.append(f"run {last.id} on {last.holder}: {fault.kind}")
+        elif between is not None:
+            invocation = by_host[last.holder]
+            reasons.append(f"run {last.id} on {last.holder}, then its pglock ended between "
+                           f"attempts (exit {invocation.code}): {between.kind}")
+        else:
             unexplained.append(f"attempts {attempts}: the last one (run {last.id}) was cut "
                                "short by no fault")
-        else:
-            reasons.append(f"run {last.id} on {last.holder}: {fault.kind}")
     ran_on = {run.holder for run in runs}
-    by_host = {i.host: i for i in invocations}
     for host in history.hosts:
         if host in ran_on:
             continue
@@ -148,6 +221,19 @@ def _cutting(run: Run, spec: JobSpec, faults: list[Fault]) -> Fault | None:
     end = run.finished_wall if run.finished_wall is not None else run.started_wall + spec.ttl
     return next((f for f in faults if _aimed(f, run.holder, spec)
                  and f.start_wall <= end + 1 and f.end_wall >= run.started_wall - 1), None)
+
+
+def _between(run: Run, invocation: Invocation | None, spec: JobSpec,
+             faults: list[Fault]) -> Fault | None:
+    """A fault that ended the pglock of a slot's last recorded attempt before it made the
+    next one (its attempts were not spent): on its host or the server, from that attempt's
+    end to the pglock's, which failed (exit 125, a signal)."""
+    if (invocation is None or invocation.code in (0, CONFLICT) or run.finished_wall is None
+            or run.outcome not in ("failed", "timed_out")):
+        return None
+    return next((f for f in faults if _aimed(f, run.holder, spec)
+                 and f.start_wall <= invocation.ended_wall + 1
+                 and f.end_wall >= run.finished_wall - 1), None)
 
 
 def _aimed(fault: Fault, host: str, spec: JobSpec) -> bool:

@@ -4,8 +4,21 @@ report what pglock's promise leaves out or what a fault explains (tests/soak).""
 
 from __future__ import annotations
 
+from datetime import datetime
+
 from soak import figures, overlap, slots
-from soak.history import NS, Fault, History, Invocation, JobSpec, Mark, Run, SlotRow, Write
+from soak.history import (
+    FAILOVERS,
+    NS,
+    Fault,
+    History,
+    Invocation,
+    JobSpec,
+    Mark,
+    Run,
+    SlotRow,
+    Write,
+)
 
 HOSTS = ["h1", "h2", "h3"]
 SLOT = 1_800_000_000.0  # a minute boundary (epoch seconds)
@@ -265,3 +278,142 @@ def test_a_fault_aimed_at_another_jobs_pglock_explains_nothing() -> None:
     assert verdict(runs, invocations, other).state == "missed-unexplained"
     ours = [Fault("terminate", "h1", T0 + 2 * NS, T0 + 2 * NS, SLOT + 2, SLOT + 2, "c")]
     assert verdict(runs, invocations, ours).state == "missed-explained"
+
+
+def test_a_fault_that_ends_the_pglock_between_two_attempts_is_named() -> None:
+    # The soak's defect 3 (seed 4242): attempts 1 and 2 failed on h1 (on purpose), the
+    # server restarted during the retry delay, and h1's pglock ended (exit 125) before it
+    # recorded attempt 3: the slot is missed, explained by the restart, named as such.
+    runs = [run(1, "h1", "failed", 1, 3, attempt=1), run(2, "h1", "failed", 4, 6, attempt=2)]
+    rows = [SlotRow("c", SLOT, 2, 3, None, False)]
+    invocations = [invoked("h1", 125, ended=8), *losers("h2", "h3")]
+    restart = [fault("restart-fast", None, 7.5, 9)]
+    found = verdict(runs, invocations, restart, rows)
+    assert found.state == "missed-explained"
+    assert found.why[0] == ("run 2 on h1, then its pglock ended between attempts (exit 125): "
+                            "restart-fast")
+    # No fault, or one on another host, or one after the pglock ended: unexplained.
+    assert verdict(runs, invocations, [], rows).state == "missed-unexplained"
+    elsewhere = [fault("partition", "h2", 7.5, 9)]
+    assert verdict(runs, invocations, elsewhere, rows).state == "missed-unexplained"
+    later = [fault("restart-fast", None, 20, 21)]
+    assert verdict(runs, invocations, later, rows).state == "missed-unexplained"
+
+
+# Across failovers (a soak with a standby).
+
+def test_a_token_given_twice_across_a_failover_is_a_defect_one_runs_attempts_are_not() -> None:
+    # h1 held token 7 until 3; an asynchronous failover at 4 lost the token's increment and
+    # h2 was given 7 again at 6, after h1's command had ended: no overlap, but a defect.
+    marks = command("a", "h1", 10, 7, 0, 3) + command("a", "h2", 20, 7, 6, 8)
+    lagged = [Fault("failover-lagged", None, T0 + 4 * NS, T0 + 5 * NS, SLOT + 4, SLOT + 5,
+                    detail="a->b, WAL held back 2.0s")]
+    assert held_by_two([JobSpec("a")], marks, lagged) == []
+    [repeat] = overlap.repeated_tokens(overlap.intervals(marks), lagged)
+    assert (repeat.first.host, repeat.second.host, repeat.failover) == ("h1", "h2", lagged[0])
+    history = History({"a": JobSpec("a")}, HOSTS, marks=marks, faults=lagged)
+    report = figures.build(history)
+    assert not report.passed and report.figures["repeated_tokens"] == 1
+    assert report.defects == ["repeated token: a seat 0: token 7 on h1 (pid 10) and on h2 "
+                              "(pid 20), across failover-lagged (a->b, WAL held back 2.0s) "
+                              "at 08:00:04"]
+    # One host's pglock given token 7 twice for attempt 1 of no slot: a defect too.
+    twice = command("a", "h1", 10, 7, 0, 3) + command("a", "h1", 11, 7, 6, 8)
+    assert len(overlap.repeated_tokens(overlap.intervals(twice), [])) == 1
+    # One run's attempts (a retry in place keeps its lock and token): none.
+    attempts = [Mark(m.at, m.kind, m.job, m.seat, m.token, m.host, m.pid, "", n)
+                for n, part in ((1, command("a", "h1", 10, 7, 0, 3)),
+                                (2, command("a", "h1", 11, 7, 4, 6))) for m in part]
+    assert overlap.repeated_tokens(overlap.intervals(attempts), lagged) == []
+
+
+SLOT_ISO = "2027-01-15T08:00:00+00:00"  # SLOT as PGLOCK_SLOT says it
+
+
+def completed(host: str, pid: int, token: int, enter: float, leave: float,
+              attempt: int = 1, failed: bool = False) -> list[Mark]:
+    """A command of the slot SLOT that worked to its end (exit 1 when `failed`)."""
+    marks = [Mark(m.at, m.kind, "c", 0, token, host, pid, SLOT_ISO, attempt)
+             for m in command("c", host, pid, token, enter, leave)]
+    if failed:
+        marks.insert(-1, Mark(marks[-1].at, "fail", "c", 0, token, host, pid, SLOT_ISO,
+                              attempt))
+    return marks
+
+
+def replicated(runs: list[Run], marks: list[Mark], faults: list[Fault],
+               replication: str = "async") -> slots.SlotVerdict:
+    history = History({"c": CRON}, HOSTS, marks=marks, faults=faults,
+                      invocations=[invoked("h1", 0), *losers("h2", "h3")], runs=runs,
+                      expected_slots=[SLOT], replication=replication)
+    [found] = slots.check(history)
+    return found
+
+
+def test_a_completion_lost_with_the_old_primary_is_counted_apart_async_only() -> None:
+    assert datetime.fromisoformat(SLOT_ISO).timestamp() == SLOT
+    # h1's command succeeded at 5 (token 1); the WAL receiver had been held back since 4,
+    # the primary died and the standby was promoted at 7: the new primary has the run as
+    # running. Counted on its own line, naming the failover.
+    marks = completed("h1", 10, 1, 1, 5)
+    lost_run = [run(1, "h1", "running", end=None)]
+    lagged = [Fault("failover-lagged", None, T0 + 4 * NS, T0 + 7 * NS, SLOT + 4, SLOT + 7,
+                    detail="a->b, WAL held back 2.0s")]
+    found = replicated(lost_run, marks, lagged)
+    assert found.state == "lost-completion"
+    assert found.why == ["attempt 1 on h1 (token 1, pid 10) succeeded, its end lost with the "
+                         "old primary in failover-lagged (a->b, WAL held back 2.0s)"]
+    # Run again by another host afterwards: still the lost completion, with the rerun named.
+    again = [*lost_run, run(2, "h2", "succeeded", 9, 12)]
+    assert replicated(again, marks, lagged).why[0].endswith("; ran again: run 2 on h2")
+    # Synchronous: no completion may be lost; a failover long before, or none: not excused.
+    assert replicated(lost_run, marks, lagged, "sync").state != "lost-completion"
+    early = [Fault("failover", None, T0 - 60 * NS, T0 - 58 * NS, SLOT - 60, SLOT - 58)]
+    assert replicated(lost_run, marks, early).state == "missed-unexplained"
+    # A command that failed on purpose completes nothing.
+    failed = completed("h1", 10, 1, 1, 5, failed=True)
+    assert replicated(lost_run, failed, lagged).state != "lost-completion"
+    # Recorded: the slot ran.
+    assert replicated([run(1, "h1", "succeeded")], marks, lagged).state == "ran"
+
+
+def test_takeover_after_a_failover_counts_to_the_next_command_of_each_struck_job() -> None:
+    jobs = {"a": JobSpec("a"), "b": JobSpec("b"), "c": CRON}
+    marks = (command("a", "h1", 10, 1, 0, 3) + command("a", "h2", 20, 2, 4.5, 6)
+             + command("b", "h3", 30, 1, 5, 6))  # b ran nothing when the failover came
+    switch = [Fault("switchover", None, T0 + 2 * NS, T0 + 3 * NS, SLOT + 2, SLOT + 3)]
+    history = History(jobs, HOSTS, marks=marks, faults=switch, replication="sync")
+    report = figures.build(history)
+    assert report.figures["takeover_after_failover"] == {
+        "switchover": {"n": 1, "p50": 2.5, "p95": 2.5, "max": 2.5}}
+    assert report.figures["failovers"] == 1
+    assert "takeover after a failover (s), replication sync, 1 failovers, ttl 10 s:" in \
+        figures.text(report, [])
+
+
+def test_a_token_given_on_the_old_primary_is_repeated_across_the_failover() -> None:
+    # Seed 23, async: h5 took token 4 on the old primary while its WAL receiver was held
+    # back (the failover from 0 to 7), its command entered only at 9 (a loaded machine)
+    # and stopped at 9.6; h1 was given token 4 again by the new primary at 16.
+    marks = command("w", "h5", 10, 4, 9, 9.6, done=False) + command("w", "h1", 20, 4, 16, 18)
+    lagged = [Fault("failover-lagged", None, T0, T0 + 7 * NS, SLOT, SLOT + 7, detail="a->b")]
+    [repeat] = overlap.repeated_tokens(overlap.intervals(marks), lagged)
+    assert repeat.failover == lagged[0]
+
+
+def test_a_standby_adds_failovers_and_leaves_the_seeds_of_a_run_without_one_alone() -> None:
+    from soak.nemesis import plan
+
+    alone = plan(23, 150, 5, 10.0, (4.0, 12.0))
+    # Seed 23's schedule as the soak drew it before the standby came (commit 616d9af).
+    assert [(round(p.at, 2), p.kind, p.host) for p in alone][:6] == [
+        (18.86, "partition", 0), (30.0, "restart-immediate", 3), (36.79, "pause-pglock", 2),
+        (45.46, "freeze-host", 1), (49.57, "kill-command", 4), (54.31, "clock", 0)]
+    assert not {p.kind for p in alone} & FAILOVERS
+    assert plan(23, 150, 5, 10.0, (4.0, 12.0), replication="none") == alone
+    # The suite's short soak (seed 23, 2.5 minutes, sync) meets a failover at 24 s.
+    synced = plan(23, 150, 5, 10.0, (4.0, 12.0), replication="sync")
+    assert next((round(p.at), p.kind) for p in synced if p.kind in FAILOVERS) == (24, "failover")
+    assert "failover-lagged" not in {p.kind for p in synced}
+    lagged = plan(23, 150, 5, 10.0, (4.0, 12.0), replication="async")
+    assert "failover-lagged" in {p.kind for p in lagged}

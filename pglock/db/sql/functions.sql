@@ -418,7 +418,11 @@ END
 $$;
 
 -- start_run: the start of a further attempt (--retries) under a lock or seat the caller
--- still holds.
+-- still holds. Sent again after a cut (a restart, a failover, a terminated backend), it
+-- returns the start that committed unseen: a run of the caller's claim and of this
+-- attempt still running is that one (each earlier attempt's end was recorded before it),
+-- which a second start record would mark abandoned, spending one of the slot's attempts
+-- on nothing.
 CREATE OR REPLACE FUNCTION {schema}.start_run(
     p_job text, p_holder_id text, p_fencing_token bigint, p_command text,
     p_slot timestamptz, p_schedule text, p_timezone text, p_next_slot timestamptz,
@@ -441,6 +445,17 @@ BEGIN
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the lock of this job is no longer held by this run'
             USING ERRCODE = 'P0002';
+    END IF;
+    RETURN QUERY
+        SELECT r.id, r.started_at, r.attempt,
+               coalesce((SELECT s.attempt_limit FROM {schema}.slots s
+                         WHERE s.job = r.job AND s.slot = r.slot), 1 + p_retries)
+        FROM {schema}.runs r
+        WHERE r.job = p_job AND r.outcome = 'running' AND r.attempt = p_attempt
+          AND r.slot IS NOT DISTINCT FROM p_slot AND r.fencing_token = p_fencing_token
+          AND r.claim_digest = sha256(convert_to(p_holder_id, 'UTF8'));
+    IF FOUND THEN
+        RETURN;
     END IF;
     PERFORM set_config('synchronous_commit', 'on', true);
     RETURN QUERY SELECT * FROM {schema}.record_start(
