@@ -259,8 +259,8 @@ def test_a_lost_acquisition_is_waited_out_after_an_asynchronous_failover(
     token above every token of the old timeline; the marks show no overlap."""
     marks = env.tmp / "marks"
     if before == "a released row":
-        earlier = env.run("run", "--job", "ha", "--mode", mode, "--min-hold", "0s", "--",
-                          "true")
+        earlier = env.run("run", "--job", "ha", "--mode", mode, "--ttl", "10s",
+                          "--min-hold", "0s", "--", "true")
         assert (earlier.returncode, earlier.stderr) == (0, ""), earlier
     else:
         assert env.run("init", "-q").returncode == 0
