@@ -224,6 +224,10 @@ def asynchronous_failover(tmp: Path, mode: str,
                                 STAMPED.format(marks=new_marks)], env=env)
         ended = stamps(old_marks)
         old.wait(timeout=60)
+        # The new holder waits out the promotion's window (docs/ha.md) before it starts.
+        deadline = time.monotonic() + 3 * ttl + 60
+        while not new_marks.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         new.terminate()
         new.wait(timeout=60)
         started = stamps(new_marks)
