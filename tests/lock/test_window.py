@@ -7,10 +7,11 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import psycopg
 import pytest
 from conftest import Env
 
-from pglock.lock import advisory
+from pglock.lock import advisory, lease
 
 
 def test_the_sql_horizon_is_never_earlier_than_the_holders(env: Env) -> None:
@@ -43,6 +44,23 @@ def test_a_schema_on_its_first_timeline_waits_for_nothing(env: Env) -> None:
     assert (first.returncode, again.returncode) == (0, 0), (first, again)
     assert env.query("SELECT timeline FROM {schema}.timelines") == [(1,)]
     assert env.query("SELECT fencing_token, timeline FROM {schema}.locks") == [(2, 1)]
+
+
+def test_a_holder_restamps_its_row_only_while_it_has_not_expired(env: Env) -> None:
+    """Only an expired row can have been taken over on the old primary in a write lost
+    with it: its holder's late renewal (or release) keeps the row's old timeline, and
+    with it the wait after the promotion."""
+    assert env.run("init", "-q").returncode == 0
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        for job, expired in (("live", False), ("late", True)):
+            claim = lease.Claim(job=job, schema=env.schema, ttl=5)
+            assert lease.try_acquire(conn, claim) is lease.Attempt.WON
+            env.query("UPDATE {schema}.locks SET timeline = 0, expires_at = CASE WHEN %s "
+                      "THEN clock_timestamp() - interval '1 s' ELSE expires_at END "
+                      "WHERE job = %s", (expired, job))
+            assert lease.renew(conn, claim)[0] is lease.Renewal.OURS
+    assert env.query("SELECT job, timeline FROM {schema}.locks ORDER BY job") == [
+        ("late", 0), ("live", 1)]
 
 
 def looks_promoted(env: Env, job: str, table: str = "locks") -> None:

@@ -105,6 +105,20 @@ BEGIN
 END
 $$;
 
+-- restamp: the timeline a holder's own write (renew, release, finish) records on its row
+-- or seat: the current one while the row has not expired, its old one else. Only an
+-- expired row can have been taken over on an old primary, in a write lost with it; a
+-- holder that renews (or releases) an expired row on the new primary is past its local
+-- deadline, and the holder of that lost takeover may still be running: the row keeps its
+-- old timeline, and the wait of acquire (docs/ha.md) with it. (expires_at: the row's
+-- value before the write.)
+CREATE OR REPLACE FUNCTION {schema}.restamp(p_timeline bigint, p_expires timestamptz)
+RETURNS bigint
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN p_expires > clock_timestamp() THEN {schema}.timeline()
+                ELSE p_timeline END
+$$;
+
 -- next_token: the fencing token after p_previous (NULL: none yet) on timeline p_timeline.
 -- The timeline minus one is in the high 32 bits: every token handed out on a timeline is
 -- above every token of an earlier one, even one whose write was lost with its primary
@@ -555,7 +569,7 @@ BEGIN
         SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
             incarnation = CASE WHEN p_advisory THEN {schema}.incarnation()
                                ELSE incarnation END,
-            timeline = {schema}.timeline(),
+            timeline = {schema}.restamp(timeline, expires_at),
             stops_by = CASE WHEN p_advisory
                             THEN clock_timestamp() + {schema}.advisory_horizon(ttl) END
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
@@ -568,7 +582,7 @@ BEGIN
         IF NOT renewed THEN
             UPDATE {schema}.seats
             SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
-                timeline = {schema}.timeline()
+                timeline = {schema}.restamp(timeline, expires_at)
             WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
               AND cleared_at IS NULL
             RETURNING expires_at, stop_requested_at IS NOT NULL,
@@ -633,14 +647,14 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'on', true);
     UPDATE {schema}.locks
     SET expires_at = greatest(clock_timestamp(), acquired_at + p_min_hold),
-        released_at = clock_timestamp(), timeline = {schema}.timeline()
+        released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
     WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
       AND cleared_at IS NULL;
     v_ours := FOUND;
     IF NOT v_ours THEN
         UPDATE {schema}.seats
         SET expires_at = greatest(clock_timestamp(), acquired_at + p_min_hold),
-            released_at = clock_timestamp(), timeline = {schema}.timeline()
+            released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
           AND cleared_at IS NULL;
         v_ours := FOUND;
@@ -687,7 +701,7 @@ BEGIN
     IF p_keep THEN
         UPDATE {schema}.locks
         SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
-            timeline = {schema}.timeline(),
+            timeline = {schema}.restamp(timeline, expires_at),
             stops_by = CASE WHEN mode = 'advisory'
                             THEN clock_timestamp() + {schema}.advisory_horizon(ttl) END
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
@@ -697,7 +711,7 @@ BEGIN
         IF NOT ours THEN
             UPDATE {schema}.seats
             SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
-                timeline = {schema}.timeline()
+                timeline = {schema}.restamp(timeline, expires_at)
             WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
               AND cleared_at IS NULL
             RETURNING stop_requested_at IS NOT NULL INTO v_stop;
@@ -710,7 +724,7 @@ BEGIN
         SET expires_at = greatest(clock_timestamp(),
                                   acquired_at + CASE WHEN v_stop THEN interval '0'
                                                      ELSE p_min_hold END),
-            released_at = clock_timestamp(), timeline = {schema}.timeline()
+            released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
           AND cleared_at IS NULL;
         ours := FOUND;
@@ -719,7 +733,7 @@ BEGIN
             SET expires_at = greatest(clock_timestamp(),
                                       acquired_at + CASE WHEN v_stop THEN interval '0'
                                                          ELSE p_min_hold END),
-                released_at = clock_timestamp(), timeline = {schema}.timeline()
+                released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
             WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
               AND cleared_at IS NULL;
             ours := FOUND;
@@ -868,6 +882,7 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
     {schema}.retake(text, text, bigint),
     {schema}.incarnation(), {schema}.timeline(), {schema}.sighting(),
     {schema}.next_token(bigint, bigint), {schema}.advisory_horizon(interval),
+    {schema}.restamp(bigint, timestamptz),
     {schema}.release(text, text, bigint, interval, timestamptz),
     {schema}.finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer,
                     text, text, bytea, boolean, boolean, text, text, text, text),
