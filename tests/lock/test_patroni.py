@@ -1,7 +1,8 @@
 """A Patroni cluster in asynchronous mode (its default: no synchronous_mode,
 maximum_lag_on_failover 1 MB), two nodes and an etcd, with contenders of a lease job and
-an advisory job trying throughout a switchover and a SIGKILL of the leader's postmaster:
-no two commands of a job ever run at once, and every token is new.
+an advisory job trying throughout a switchover, a SIGKILL of the leader's postmaster
+(patroni restarts it: no promotion) and the loss of the leader's whole node (an
+unplanned failover): no two commands of a job ever run at once, and every token is new.
 
 Debian's patroni (3.0) and etcd-server, with Debian's PostgreSQL 15 (the newest that
 patroni 3.0 knows); skipped where they are missing. Patroni runs its servers as the
@@ -90,6 +91,7 @@ class Cluster:
         self.etcd_port = free_port()
         self.nodes = {name: (free_port(), free_port()) for name in ("n1", "n2")}
         self.processes: list[subprocess.Popen[bytes]] = []
+        self.patroni: dict[str, subprocess.Popen[bytes]] = {}
 
     @property
     def dsn(self) -> str:
@@ -116,8 +118,9 @@ class Cluster:
             ids: dict[str, Any] = ({"user": self.user, "group": self.user, "extra_groups": []}
                                    if os.geteuid() == 0 else {})
             with (self.directory / f"{name}.log").open("wb") as log:
-                self.processes.append(subprocess.Popen(
-                    ["patroni", str(config)], stdout=log, stderr=subprocess.STDOUT, **ids))
+                self.patroni[name] = subprocess.Popen(
+                    ["patroni", str(config)], stdout=log, stderr=subprocess.STDOUT, **ids)
+            self.processes.append(self.patroni[name])
             self.wait_for(lambda node=name: self.running(node), f"{name} running")
         return self
 
@@ -156,6 +159,16 @@ class Cluster:
     def kill_postmaster(self, name: str) -> None:
         pid = int((self.directory / name / "postmaster.pid").read_text().split()[0])
         os.kill(pid, signal.SIGKILL)
+
+    def lose_node(self, name: str) -> str:
+        """The node dies whole (its patroni and its postmaster SIGKILLed): the other is
+        promoted once the leader key expires, an unplanned failover. The new leader."""
+        self.patroni[name].kill()
+        self.patroni[name].wait()
+        self.kill_postmaster(name)
+        other = next(node for node in self.nodes if node != name)
+        self.wait_for(lambda: self.role(other) == "leader", f"{other} promoted")
+        return other
 
     def wait_for(self, predicate: Any, what: str, timeout: float = 120) -> None:
         deadline = time.monotonic() + timeout
@@ -207,7 +220,7 @@ def spans(marks: Path) -> list[tuple[int, int, int, int]]:
     return sorted((min(s), max(s), token, pid) for (token, pid), s in found.items())
 
 
-def test_contenders_never_overlap_through_a_switchover_and_a_killed_postmaster(
+def test_contenders_never_overlap_through_a_switchover_a_killed_postmaster_and_a_failover(
         env: Env, cluster: Cluster) -> None:
     stop = threading.Event()
     codes: dict[str, list[int]] = {"lease": [], "advisory": []}
@@ -229,6 +242,8 @@ def test_contenders_never_overlap_through_a_switchover_and_a_killed_postmaster(
     time.sleep(15)
     cluster.kill_postmaster(cluster.leader())
     time.sleep(20)
+    cluster.lose_node(cluster.leader())
+    time.sleep(20)
     stop.set()
     for thread in threads:
         thread.join()
@@ -238,6 +253,6 @@ def test_contenders_never_overlap_through_a_switchover_and_a_killed_postmaster(
             assert later[0] > earlier[1], f"{mode}: overlap: {earlier} and {later}"
         tokens = [token for _, _, token, _ in found]
         assert len(set(tokens)) == len(tokens), tokens
-        # Runs on both timelines: the switchover's promotion raised the tokens.
-        assert min(tokens) < 1 << 32 < max(tokens), tokens
+        # Runs on three timelines: each promotion raised the tokens.
+        assert min(tokens) < 1 << 32 < (2 << 32) < max(tokens), tokens
         assert codes[mode].count(0) >= 3, codes
