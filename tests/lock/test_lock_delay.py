@@ -59,6 +59,8 @@ class Relay:
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
                 sink.sendall(data)
+            # An end on one side is passed on, as a proxy does (a dead client's backend ends).
+            sink.shutdown(socket.SHUT_WR)
 
     def cut(self) -> None:
         # shutdown, not close alone, ends the accept() blocked on it.
@@ -89,7 +91,7 @@ def holder_backend(env: Env) -> int:
     return int(pid)
 
 
-@pytest.mark.parametrize("fault", ["reset by a relay", "terminated backend"])
+@pytest.mark.parametrize("fault", ["reset by a relay", "terminated backend", "SIGKILLed pglock"])
 def test_a_contender_waiting_takes_over_only_once_the_holder_has_stopped(
         env: Env, fault: str) -> None:
     marks = env.tmp / "marks"
@@ -107,9 +109,13 @@ def test_a_contender_waiting_takes_over_only_once_the_holder_has_stopped(
         relay.cut()
         # Nothing of the holder's reaches the server now: its row's stops_by is final.
         [(stops_by,)] = env.query("SELECT stops_by FROM {schema}.locks WHERE job = 'cut'")
-    else:
+    elif fault == "terminated backend":
         with psycopg.connect(env.dsn, autocommit=True) as conn:
             conn.execute("SELECT pg_terminate_backend(%s)", (holder_backend(env),))
+    else:
+        # The session lock goes with the socket at once; the command's tree is `tree`'s
+        # (issue 33, item 3): here the command is one process.
+        holder.kill()
     assert contender.communicate(timeout=90) == ("", "")
     assert contender.returncode == 0
     holder.communicate(timeout=60)
