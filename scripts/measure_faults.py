@@ -106,7 +106,8 @@ def _dead_holder(dsn: str, primary: str, down: Callable[[], None],
     holder.wait()
     up()
     back = time.monotonic()
-    while subprocess.run([PGLOCK, "run", "--job", "dead", "--mode", "advisory",
+    # The holder's ttl: after a promotion the wait is the larger of the two (docs/ha.md).
+    while subprocess.run([PGLOCK, "run", "--job", "dead", "--mode", "advisory", "--ttl", "10s",
                           "--connect-timeout", "30s", "--", "true"], env=env,
                          stderr=subprocess.DEVNULL).returncode != 0:
         time.sleep(0.05)
