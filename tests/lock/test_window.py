@@ -63,6 +63,29 @@ def test_a_holder_restamps_its_row_only_while_it_has_not_expired(env: Env) -> No
         ("late", 0), ("live", 1)]
 
 
+def test_a_run_abandoned_across_a_promotion_says_its_end_may_have_been_lost(
+        env: Env) -> None:
+    """Told by the tokens: the run that abandons it holds a token of a later timeline.
+    Here the lock row's token is set where a promotion would have put the next one."""
+    holder, _ = env.start_holder("lost", "--ttl", "5s", "--min-hold", "0s")
+    holder.kill()
+    holder.communicate()
+    env.query("UPDATE {schema}.locks SET fencing_token = %s, expires_at = clock_timestamp()"
+              " WHERE job = 'lost'", ((1 << 32),))
+    after = env.run("run", "--job", "lost", "--", "true")
+    assert (after.returncode, after.stderr) == (0, ""), after
+    first, second = env.runs("lost")
+    assert (first["outcome"], second["fencing_token"]) == ("abandoned", (1 << 32) + 1)
+    assert first["error"].startswith("its end may have been lost in a failover")
+    # A run abandoned on the same timeline says what it always said.
+    again, _ = env.start_holder("gone", "--ttl", "5s", "--min-hold", "0s")
+    again.kill()
+    again.communicate()
+    env.query("UPDATE {schema}.locks SET expires_at = clock_timestamp() WHERE job = 'gone'")
+    assert env.run("run", "--job", "gone", "--", "true").returncode == 0
+    assert env.runs("gone")[0]["error"] == "its holder vanished without recording an end"
+
+
 def looks_promoted(env: Env, job: str, table: str = "locks") -> None:
     """The job's rows as a new primary shows them right after a failover: last written
     under an older timeline, this one first seen now."""

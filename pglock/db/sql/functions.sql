@@ -160,7 +160,12 @@ WITH claim AS (
     UPDATE {schema}.runs r
     SET outcome = 'abandoned', finished_at = clock_timestamp(),
         duration = clock_timestamp() - r.started_at,
-        error = 'its holder vanished without recording an end'
+        -- A token of a later timeline (its high bits: next_token) abandons a run of an
+        -- earlier one: a promotion came between, and may have lost the run's end.
+        error = CASE WHEN (p_fencing_token >> 32) > (coalesce(r.fencing_token, 0) >> 32)
+                     THEN 'its end may have been lost in a failover: it started before '
+                          'a promotion, and no end was recorded after it'
+                     ELSE 'its holder vanished without recording an end' END
     WHERE r.job = p_job AND r.outcome = 'running'
       -- A seat's run abandons only its seat's (and a lock's, which is free).
       AND (r.seat IS NULL OR r.seat IS NOT DISTINCT FROM (SELECT seat FROM claim)
