@@ -11,8 +11,12 @@
    lease, waited out to its expiry).
 4. A failover to an asynchronous standby that never received the acquisition (its WAL
    receiver stopped first): the primary is killed, the standby promoted, another host
-   acquires there at once; how long the old holder's command runs on after the new
-   holder's started (docs/ha.md), each mode, `--rounds` times.
+   tries there at once (--wait); how long the old holder's command ran on after the new
+   holder's started (negative: the gap between them), how long after the promotion the
+   new one started (the wait of docs/ha.md), and both tokens, each mode, `--rounds` times.
+5. The cost of that wait on a synchronous pair (`--only promotion`): a job whose last run
+   ended before the failover, tried at once on the promoted standby (--wait); from the
+   promotion to its command's start.
 """
 
 from __future__ import annotations
@@ -102,7 +106,8 @@ def _dead_holder(dsn: str, primary: str, down: Callable[[], None],
     holder.wait()
     up()
     back = time.monotonic()
-    while subprocess.run([PGLOCK, "run", "--job", "dead", "--mode", "advisory",
+    # The holder's ttl: after a promotion the wait is the larger of the two (docs/ha.md).
+    while subprocess.run([PGLOCK, "run", "--job", "dead", "--mode", "advisory", "--ttl", "10s",
                           "--connect-timeout", "30s", "--", "true"], env=env,
                          stderr=subprocess.DEVNULL).returncode != 0:
         time.sleep(0.05)
@@ -191,9 +196,11 @@ def stamps(marks: Path, timeout: float = 120) -> dict[str, list[int]]:
     raise SystemExit(f"{marks.name}: the old holder's command was never stopped")
 
 
-def asynchronous_failover(tmp: Path, mode: str, ttl: int) -> tuple[float, float, list[int]]:
+def asynchronous_failover(tmp: Path, mode: str,
+                          ttl: int) -> tuple[float, float, float, list[int]]:
     """(seconds the old command ran on after the new one started, seconds from the kill to
-    the old command's end, the old and the new holder's fencing tokens)."""
+    the old command's end, seconds from the promotion to the new command's start, the old
+    and the new holder's fencing tokens)."""
     pair = Pair(tmp, synchronous=False).start()
     try:
         env = {**os.environ, "PGLOCK_DSN": pair.both_dsn, "PGLOCK_SCHEMA": "measure"}
@@ -211,17 +218,44 @@ def asynchronous_failover(tmp: Path, mode: str, ttl: int) -> tuple[float, float,
         pair.kill_primary()
         killed = time.time_ns()
         pair.promote()
+        promoted = time.time_ns()
         new = subprocess.Popen([PGLOCK, "run", "--job", "ha", "--mode", mode, "--ttl",
-                                f"{ttl}s", "--holder", "new", "--", "sh", "-c",
+                                f"{ttl}s", "--holder", "new", "--wait", f"{3 * ttl}s",
+                                "--", "sh", "-c",
                                 STAMPED.format(marks=new_marks)], env=env)
         ended = stamps(old_marks)
         old.wait(timeout=60)
+        # The new holder waits out the promotion's window (docs/ha.md) before it starts.
+        deadline = time.monotonic() + 3 * ttl + 60
+        while not new_marks.exists() and time.monotonic() < deadline:
+            time.sleep(0.05)
         new.terminate()
         new.wait(timeout=60)
         started = stamps(new_marks)
         left = ended["leave"][0]
         return ((left - started["enter"][0]) / 1e9, (left - killed) / 1e9,
+                (started["enter"][0] - promoted) / 1e9,
                 [ended["enter"][1], started["enter"][1]])
+    finally:
+        pair.close()
+
+
+def promotion_wait(tmp: Path, ttl: int) -> float:
+    """Seconds from a synchronous standby's promotion to the start of a job that nobody
+    held across it."""
+    pair = Pair(tmp, synchronous=True).start()
+    try:
+        env = {**os.environ, "PGLOCK_DSN": pair.both_dsn, "PGLOCK_SCHEMA": "measure"}
+        subprocess.run([PGLOCK, "run", "--job", "idle", "--ttl", f"{ttl}s", "--min-hold", "0s",
+                        "--", "true"], env=env, check=True)
+        pair.kill_primary()
+        pair.promote()
+        promoted = time.time_ns()
+        marks = tmp / "idle"
+        subprocess.run([PGLOCK, "run", "--job", "idle", "--ttl", f"{ttl}s", "--wait",
+                        f"{3 * ttl}s", "--", "sh", "-c", f"date +%s%N > {marks}"],
+                       env=env, check=True)
+        return (int(marks.read_text()) - promoted) / 1e9
     finally:
         pair.close()
 
@@ -231,7 +265,7 @@ def main() -> None:
     parser.add_argument("--ttl", type=int, default=10, help="ttl of the holders (seconds)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="asynchronous failovers per mode")
-    parser.add_argument("--only", choices=["takeover", "dead", "silent", "async"],
+    parser.add_argument("--only", choices=["takeover", "dead", "silent", "async", "promotion"],
                         help="one measurement alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
@@ -254,12 +288,18 @@ def main() -> None:
         if args.only in (None, "async"):
             for mode in ("lease", "advisory"):
                 for round_number in range(args.rounds):
-                    overlap, after_kill, tokens = asynchronous_failover(
+                    overlap, after_kill, wait, tokens = asynchronous_failover(
                         tmp / f"async-{mode}-{round_number}", mode, args.ttl)
                     print(f"asynchronous failover, {mode:8} mode, ttl {args.ttl}s: the old "
-                          f"command ran on {overlap:5.2f} s after the new one started "
-                          f"({after_kill:5.2f} s after the kill); tokens old {tokens[0]}, "
+                          f"command ran on {overlap:6.2f} s after the new one started "
+                          f"({after_kill:5.2f} s after the kill); the new one started "
+                          f"{wait:5.2f} s after the promotion; tokens old {tokens[0]}, "
                           f"new {tokens[1]}")
+        if args.only in (None, "promotion"):
+            for round_number in range(args.rounds):
+                waited = promotion_wait(tmp / f"promotion-{round_number}", args.ttl)
+                print(f"synchronous failover, ttl {args.ttl}s: a job nobody held ran "
+                      f"{waited:5.2f} s after the promotion")
         if args.only not in (None, "silent"):
             return
         if os.geteuid() != 0 or shutil.which("ip") is None:

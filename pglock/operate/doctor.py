@@ -543,11 +543,15 @@ def _replication(conn: psycopg.Connection[Any], purpose: Purpose) -> Finding:
                        "GRANT pg_monitor TO the pglock role to let doctor see it")
     if not synchronous:
         return Finding("replication", Level.WARN,
-                       f"{len(states)} standby(s), none synchronous: a failover can lose a "
-                       "lock taken just before it, and two hosts run the job",
+                       f"{len(states)} standby(s), none synchronous: a failover can lose the "
+                       "last writes; no job then runs twice at once (each waits a ttl after "
+                       "the promotion, tokens rise), but a run whose end was lost looks "
+                       "unfinished and its slot may run again",
                        ha_advice)
     return Finding("replication", Level.OK,
-                   f"{len(states)} standby(s), {synchronous} synchronous")
+                   f"{len(states)} standby(s), {synchronous} synchronous: an acknowledged "
+                   "lock and run survive a failover (a new holder waits a ttl after the "
+                   "promotion: docs/ha.md)")
 
 
 def _operators(purpose: Purpose) -> Level:

@@ -21,12 +21,12 @@ from pglock.errors import OPERATOR, READER, RUNNER
 # that holder's lock.
 LOCK_COLUMNS = ("job, mode, holder, holder_pid, fencing_token, ttl, acquired_at, renewed_at, "
                 "expires_at, released_at, backend_pid, cleared_at, cleared_by, "
-                "stop_requested_at, stop_requested_by, stop_reason")
+                "stop_requested_at, stop_requested_by, stop_reason, timeline, stops_by")
 
 # Every column of `seats` (a semaphore's, --limit) but holder_id, for the same reason.
 SEAT_COLUMNS = ("job, seat, seat_limit, mode, holder, holder_pid, fencing_token, ttl, "
                 "acquired_at, renewed_at, expires_at, released_at, cleared_at, cleared_by, "
-                "stop_requested_at, stop_requested_by, stop_reason")
+                "stop_requested_at, stop_requested_by, stop_reason, timeline")
 
 # The run path's functions (db/sql/functions.sql), by signature.
 RUN_FUNCTIONS = (
@@ -49,7 +49,7 @@ RUN_FUNCTIONS = (
 )
 
 # The tables a reader reads whole (locks and seats: every column but holder_id).
-READ_TABLES = ("meta", "runs", "jobs", "slots", "pauses", "audit")
+READ_TABLES = ("meta", "runs", "jobs", "slots", "pauses", "audit", "timelines")
 
 _CREATE = """DO $roles$ BEGIN
     CREATE ROLE {role} NOLOGIN;

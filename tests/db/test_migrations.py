@@ -362,3 +362,38 @@ def test_a_role_that_may_not_create_the_schema_is_told_what_a_dba_applies(
     with psycopg.connect(env.dsn, autocommit=True) as conn:
         conn.execute(printed.stdout.encode())
     assert_same(env, env.schema, fresh)
+
+
+def test_version_7_keeps_the_tokens_in_use_and_the_next_one_is_higher(env: Env) -> None:
+    """A lock and a seat held under version 6, with tokens in use: the upgrade records the
+    timeline it runs on as the schema's first and stamps the rows with it (so nothing
+    waits), their holders renew and release through the new functions, and the next
+    tokens are higher (on timeline 1, one higher: the high bits carry the timeline - 1)."""
+    claim = lease.Claim(job="held", schema=env.schema, ttl=60)
+    seat = lease.Claim(job="sem", schema=env.schema, ttl=60)
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(as_released(env.schema, 6))
+        for held, table, extra in ((claim, "locks", ""), (seat, "seats", "seat, seat_limit, ")):
+            row = conn.execute(schema.query(
+                f"INSERT INTO {{schema}}.{table} (job, {extra}mode, holder, holder_pid, "
+                "holder_id, fencing_token, ttl, acquired_at, renewed_at, expires_at) VALUES "
+                f"(%(job)s, {'1, 2, ' if extra else ''}'lease', %(holder)s, %(holder_pid)s, "
+                "%(holder_id)s, 41, %(ttl)s, now(), now(), now() + %(ttl)s) "
+                "RETURNING fencing_token", env.schema), held.params()).fetchone()
+            assert row is not None
+            held.fencing_token = row[0]
+    result = env.run("run", "--job", "after", "--", "true")  # upgrades it
+    assert (result.returncode, result.stderr) == (0, ""), result
+    assert env.query("SELECT timeline FROM {schema}.timelines") == [(1,)]
+    assert env.query("SELECT job, timeline FROM {schema}.locks ORDER BY job") == [
+        ("after", 1), ("held", 1)]
+    assert env.query("SELECT timeline FROM {schema}.seats") == [(1,)]
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        for held in (claim, seat):
+            assert lease.renew(conn, held)[0] is lease.Renewal.OURS
+            assert lease.release(conn, held)
+    lock = env.run("run", "--job", "held", "--", "sh", "-c", 'echo "$PGLOCK_FENCING_TOKEN"')
+    seats = env.run("run", "--job", "sem", "--limit", "2", "--", "sh", "-c",
+                    'echo "$PGLOCK_SEAT $PGLOCK_FENCING_TOKEN"')
+    assert (lock.returncode, lock.stdout) == (0, "42\n"), lock
+    assert (seats.returncode, seats.stdout) == (0, "1 42\n"), seats

@@ -11,7 +11,7 @@ import socket
 import threading
 import time
 from collections.abc import Iterator
-from datetime import UTC, datetime
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -107,7 +107,8 @@ def test_lease_holder_carries_on_across_a_synchronous_failover(env: Env, pair: P
 
     following = env.run("run", "--job", "ha", "--rerun", "--", "true")
     assert (following.returncode, following.stderr) == (0, "")
-    assert [r["fencing_token"] for r in env.runs("ha")] == [before[1], before[1] + 1]
+    # The first token of the new timeline (timeline 2), above every token of the old one.
+    assert [r["fencing_token"] for r in env.runs("ha")] == [before[1], (1 << 32) + 1]
     assert not ran.exists()
     timeline.show(env, "ha")
 
@@ -143,7 +144,8 @@ def test_advisory_holder_takes_its_lock_back_on_the_new_primary(env: Env, pair: 
     assert (run["outcome"], run["fencing_token"]) == ("succeeded", before[1])
     following = env.run("run", "--job", "ha", "--mode", "advisory", "--rerun", "--", "true")
     assert (following.returncode, following.stderr) == (0, "")
-    assert [r["fencing_token"] for r in env.runs("ha")] == [before[1], before[1] + 1]
+    # The first token of the new timeline (timeline 2), above every token of the old one.
+    assert [r["fencing_token"] for r in env.runs("ha")] == [before[1], (1 << 32) + 1]
     assert not ran.exists()
     timeline.show(env, "ha")
 
@@ -220,11 +222,75 @@ def test_a_dead_advisory_holders_lock_is_taken_after_its_ttl(env: Env, pair: Pai
     _serving(env, pair, event)
     [(expires_at,)] = env.query("SELECT expires_at FROM {schema}.locks WHERE job = 'dead'")
     back = time.monotonic()
-    while env.run("run", "--job", "dead", "--mode", "advisory", "--connect-timeout", "10s",
-                  "--", "true").returncode != 0:
+    # The holder's ttl, as the hosts of a job share one: after a promotion the wait is the
+    # larger of the row's and the contender's (docs/ha.md).
+    while env.run("run", "--job", "dead", "--mode", "advisory", "--ttl", "10s",
+                  "--connect-timeout", "10s", "--", "true").returncode != 0:
         assert time.monotonic() - back < 30, "no takeover"
         time.sleep(0.1)
     first, second = env.runs("dead")
     assert (first["outcome"], second["outcome"]) == ("abandoned", "succeeded")
-    # Waited out as a lease, by the server's clock.
+    # Waited out as a lease, by the server's clock; after a promotion, also a ttl after
+    # the new timeline was first seen.
     assert second["started_at"] >= expires_at
+    if event == "promote":
+        [(first_seen,)] = env.query("SELECT first_seen FROM {schema}.timelines "
+                                    "WHERE timeline = 2")
+        assert second["started_at"] >= first_seen + timedelta(seconds=10)
+
+
+# Marks its entry, and its exit when pglock stops it (SIGTERM to its process group): the
+# old holder of an asynchronous failover runs until its lock is found lost.
+STOPPED_BY_PGLOCK = ('echo "enter $PGLOCK_FENCING_TOKEN $(date +%s%N)" >> {marks}; '
+                     'trap \'echo "leave $PGLOCK_FENCING_TOKEN $(date +%s%N)" >> {marks}; '
+                     'exit 143\' TERM; while :; do sleep 0.05; done')
+
+
+@pytest.fixture
+def async_pair(env: Env, tmp_path: Path) -> Iterator[Pair]:
+    """An asynchronous pair; `env` runs pglock against both nodes, and queries the primary."""
+    nodes = Pair(tmp_path / "ha", synchronous=False).start()
+    env.dsn = nodes.primary_dsn
+    env.env["PGLOCK_DSN"] = nodes.both_dsn
+    yield nodes
+    nodes.close()
+
+
+@pytest.mark.parametrize("mode", ["lease", "advisory"])
+@pytest.mark.parametrize("before", ["no row", "a released row"])
+def test_a_lost_acquisition_is_waited_out_after_an_asynchronous_failover(
+        env: Env, async_pair: Pair, mode: str, before: str) -> None:
+    """The standby stops receiving WAL before the acquisition, so the promoted one never
+    saw it: the old holder stops at its next renewal there, and a contender on the new
+    primary runs only once a ttl has passed since the new timeline was first seen, with a
+    token above every token of the old timeline; the marks show no overlap."""
+    marks = env.tmp / "marks"
+    if before == "a released row":
+        earlier = env.run("run", "--job", "ha", "--mode", mode, "--ttl", "10s",
+                          "--min-hold", "0s", "--", "true")
+        assert (earlier.returncode, earlier.stderr) == (0, ""), earlier
+    else:
+        assert env.run("init", "-q").returncode == 0
+    async_pair.replayed()
+    async_pair.cut_standby()
+    old = env.popen("run", "--job", "ha", "--mode", mode, "--ttl", "10s", "--",
+                    "sh", "-c", STOPPED_BY_PGLOCK.format(marks=marks))
+    env.wait_for(lambda: marks.exists(), what="the old holder's command")
+    [(old_token,)] = env.query("SELECT fencing_token FROM {schema}.locks WHERE job = 'ha'")
+    async_pair.kill_primary()
+    async_pair.promote()
+    env.dsn = async_pair.standby_dsn
+    new = env.run("run", "--job", "ha", "--mode", mode, "--ttl", "10s", "--wait", "60s",
+                  "--", *marking_command(marks, 0.2), timeout=90)
+    assert (new.returncode, new.stderr) == (0, ""), new
+    _, old_err = old.communicate(timeout=60)
+    assert old.returncode != 0 and "lock" in old_err, old_err
+    first, second = intervals(marks)
+    assert_no_overlap([first, second])
+    # Tokens rise across the promotion: the new timeline's are in higher bits.
+    assert (first.token, second.token) == (old_token, (1 << 32) + 1)
+    [(first_seen, ttl_after)] = env.query(
+        "SELECT first_seen, first_seen + interval '10 s' FROM {schema}.timelines "
+        "WHERE timeline = 2")
+    [run] = [r for r in env.runs("ha") if r["fencing_token"] == second.token]
+    assert run["started_at"] >= ttl_after, (run["started_at"], first_seen)

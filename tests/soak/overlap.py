@@ -14,11 +14,11 @@ An overlap is a defect unless a fault outside pglock's promise explains it:
   started. docs/lease.md, "What it does not promise": nothing local can act while
   paused; only a fencing token protects the resource (and the guard below refused the
   stale writes).
-- `advisory-window`: in advisory mode, the holder's backend was terminated on a healthy
-  server (`pg_terminate_backend`, an operator's act) and another advisory host took the
-  freed lock before the holder's next check; docs/advisory.md bounds it by one check
-  interval plus the time to stop the command. A server restart or crash no longer opens
-  it (the row's incarnation, issue 22): an overlap across one is a defect.
+
+An advisory overlap is a defect whatever broke the holder's session (a terminated
+backend, a reset connection, a restart): a contender takes an advisory row only once its
+holder has stopped its command (the row's stops_by: docs/advisory.md, "The lock-delay";
+issue 33 ended the `advisory-window` excuse).
 """
 
 from __future__ import annotations
@@ -28,14 +28,6 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 
 from .history import FAILOVERS, NS, Fault, JobSpec, Mark, Run, Write
-
-# docs/advisory.md: a check every 1.5 s, then SIGTERM, SIGKILL a grace later (at most
-# ttl/4); one more second for a loaded machine's scheduling.
-ADVISORY_CHECK = 1.5
-SCHEDULING_SLACK = 1.0
-# Only a terminated backend on a server that stays up: after a restart the row waits
-# for its expiry or its holder (docs/advisory.md, "Restarts and failovers").
-BREAKS_ADVISORY = frozenset({"terminate"})
 
 
 @dataclass(frozen=True)
@@ -58,7 +50,7 @@ class Interval:
 class Overlap:
     first: Interval
     second: Interval
-    verdict: str  # "defect", "frozen-host" or "advisory-window"
+    verdict: str  # "defect" or "frozen-host"
 
     @property
     def seconds(self) -> float:
@@ -91,9 +83,10 @@ def intervals(marks: Iterable[Mark]) -> list[Interval]:
 
 def overlaps(found: list[Interval], jobs: dict[str, JobSpec], faults: list[Fault],
              runs: Iterable[Run] = ()) -> list[Overlap]:
-    """Every pair of commands that broke a job's limit, with its verdict. `runs` tell
-    when each command's lock was taken (before its first mark: the command has to start)."""
-    taken = {(r.job, r.seat or 0, r.token, r.holder): r.started_wall for r in runs}
+    """Every pair of commands that broke a job's limit, with its verdict. (`runs` are no
+    longer read: only the advisory window, excused until issue 33, needed when each lock
+    was taken.)"""
+    del runs
     by_job: dict[str, list[Interval]] = defaultdict(list)
     for interval in found:
         by_job[interval.job].append(interval)
@@ -101,8 +94,7 @@ def overlaps(found: list[Interval], jobs: dict[str, JobSpec], faults: list[Fault
     for job, job_intervals in by_job.items():
         spec = jobs.get(job, JobSpec(job))
         for first, second in _conflicts(job_intervals, spec.limit):
-            since = taken.get((first.job, first.seat, first.token, first.host))
-            result.append(Overlap(first, second, verdict(first, second, spec, faults, since)))
+            result.append(Overlap(first, second, verdict(first, second, spec, faults)))
     return result
 
 
@@ -122,13 +114,9 @@ def _conflicts(job_intervals: list[Interval],
         active.append(entering)
 
 
-def verdict(first: Interval, second: Interval, spec: JobSpec, faults: list[Fault],
-            since: float | None = None) -> str:
-    """`since`: when the first command's lock was taken (epoch seconds), if known."""
+def verdict(first: Interval, second: Interval, spec: JobSpec, faults: list[Fault]) -> str:
     if _frozen_past_lease(first, second, spec, faults):
         return "frozen-host"
-    if spec.mode == "advisory" and _advisory_window(first, second, spec, faults, since):
-        return "advisory-window"
     return "defect"
 
 
@@ -140,19 +128,6 @@ def _frozen_past_lease(first: Interval, second: Interval, spec: JobSpec,
                and first.enter <= f.end and f.start <= second.enter
                and (f.end - f.start) / NS >= spec.safe_freeze()
                for f in faults)
-
-
-def _advisory_window(first: Interval, second: Interval, spec: JobSpec,
-                     faults: list[Fault], since: float | None) -> bool:
-    """A connection break during the first run, before the second started, and the first
-    command gone within one check interval plus the time to stop it after the second
-    started (the measure of docs/ha.md: how long the old command ran on)."""
-    bound = ADVISORY_CHECK + min(10.0, spec.ttl / 4) + SCHEDULING_SLACK
-    seconds = (first.last - second.enter) / NS
-    return seconds <= bound and any(
-        f.kind in BREAKS_ADVISORY and f.touches(first.host) and f.start <= second.enter
-        and (f.end >= first.enter - NS if since is None else f.end_wall >= since)
-        for f in faults)
 
 
 def stale_writes(writes: Iterable[Write]) -> StaleWrites:

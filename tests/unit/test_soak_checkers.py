@@ -89,17 +89,13 @@ def test_a_host_frozen_past_its_lease_is_outside_the_promise_a_short_freeze_is_n
     assert [o.verdict for o in held_by_two([JobSpec("a")], marks, other_host)] == ["defect"]
 
 
-def test_the_advisory_reconnect_window_is_bounded_and_advisory_only() -> None:
-    marks = command("v", "h1", 10, 1, 0, 3, done=False) + command("v", "h2", 20, 2, 2, 4)
+def test_an_advisory_overlap_after_a_terminated_backend_is_a_defect() -> None:
+    """The row's stops_by keeps a contender out until the holder has stopped (issue 33):
+    no window is excused any more, however short."""
+    marks = command("v", "h1", 10, 1, 0, 3, done=False) + command("v", "h2", 20, 2, 2.9, 4)
     terminated = [fault("terminate", "h1", 1.5, 1.5)]
     advisory = JobSpec("v", mode="advisory")
-    assert [o.verdict for o in held_by_two([advisory], marks, terminated)] == [
-        "advisory-window"]
-    assert [o.verdict for o in held_by_two([JobSpec("v")], marks, terminated)] == ["defect"]
-    assert [o.verdict for o in held_by_two([advisory], marks)] == ["defect"]
-    # Longer than a check interval plus the stop: a defect even after a break.
-    long = command("v", "h1", 10, 1, 0, 9, done=False) + command("v", "h2", 20, 2, 2, 4)
-    assert [o.verdict for o in held_by_two([advisory], long, terminated)] == ["defect"]
+    assert [o.verdict for o in held_by_two([advisory], marks, terminated)] == ["defect"]
 
 
 def test_stale_writes_are_counted_and_an_accepted_lower_token_is_reported() -> None:
@@ -224,18 +220,6 @@ def test_a_restart_no_longer_excuses_an_advisory_overlap() -> None:
     found = overlap.overlaps(overlap.intervals(marks), {"v": JobSpec("v", mode="advisory")},
                              restart, taken)
     assert [o.verdict for o in found] == ["defect"]
-
-
-def test_a_termination_before_the_command_started_still_opens_the_advisory_window() -> None:
-    marks = command("v", "h1", 10, 1, 2, 3.5, done=False) + command("v", "h2", 20, 2, 2.5, 4)
-    terminated = [fault("terminate", "h1", 0.2, 0.2)]
-    taken = [Run(1, "v", None, 1, None, "h1", 1, "lock_lost", SLOT, SLOT + 3.5)]
-    found = overlap.overlaps(overlap.intervals(marks), {"v": JobSpec("v", mode="advisory")},
-                             terminated, taken)
-    assert [o.verdict for o in found] == ["advisory-window"]
-    # Without the record of when the lock was taken, the break predates the command.
-    assert [o.verdict for o in held_by_two([JobSpec("v", mode="advisory")], marks,
-                                           terminated)] == ["defect"]
 
 
 def test_takeover_counts_from_the_fault_to_the_next_token_of_a_struck_job() -> None:

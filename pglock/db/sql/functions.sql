@@ -76,6 +76,70 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
         || '/' || coalesce(extract(epoch FROM pg_stat_get_bgwriter_stat_reset_time())::text, '')
 $$;
 
+-- timeline: the WAL timeline this primary writes; a promotion always starts a new one.
+CREATE OR REPLACE FUNCTION {schema}.timeline() RETURNS bigint
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint
+$$;
+
+-- sighting: this timeline, when a pglock first saw it (recorded now if nobody had: one row
+-- per timeline, conflict-free), and whether the schema saw an earlier one (a promotion
+-- since its creation). Called by acquire with synchronous_commit on: the sighting is
+-- durable before any lock is taken under it.
+CREATE OR REPLACE FUNCTION {schema}.sighting()
+RETURNS TABLE (timeline bigint, first_seen timestamptz, promoted boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_timeline bigint := {schema}.timeline();
+    v_first timestamptz;
+BEGIN
+    SELECT t.first_seen INTO v_first FROM {schema}.timelines t WHERE t.timeline = v_timeline;
+    IF v_first IS NULL THEN
+        INSERT INTO {schema}.timelines (timeline, first_seen)
+        VALUES (v_timeline, clock_timestamp()) ON CONFLICT DO NOTHING;
+        SELECT t.first_seen INTO v_first FROM {schema}.timelines t
+        WHERE t.timeline = v_timeline;
+    END IF;
+    RETURN QUERY SELECT v_timeline, v_first,
+        EXISTS (SELECT 1 FROM {schema}.timelines t WHERE t.timeline < v_timeline);
+END
+$$;
+
+-- restamp: the timeline a holder's own write (renew, release, finish) records on its row
+-- or seat: the current one while the row has not expired, its old one else. Only an
+-- expired row can have been taken over on an old primary, in a write lost with it; a
+-- holder that renews (or releases) an expired row on the new primary is past its local
+-- deadline, and the holder of that lost takeover may still be running: the row keeps its
+-- old timeline, and the wait of acquire (docs/ha.md) with it. (expires_at: the row's
+-- value before the write.)
+CREATE OR REPLACE FUNCTION {schema}.restamp(p_timeline bigint, p_expires timestamptz)
+RETURNS bigint
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN p_expires > clock_timestamp() THEN {schema}.timeline()
+                ELSE p_timeline END
+$$;
+
+-- next_token: the fencing token after p_previous (NULL: none yet) on timeline p_timeline.
+-- The timeline minus one is in the high 32 bits: every token handed out on a timeline is
+-- above every token of an earlier one, even one whose write was lost with its primary
+-- (as long as a job takes fewer than 2^32 tokens on one timeline). On timeline 1 the
+-- tokens are 1, 2, 3...; tokens from before version 7 stay valid, and lower.
+CREATE OR REPLACE FUNCTION {schema}.next_token(p_previous bigint, p_timeline bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT greatest(coalesce(p_previous, 0) + 1, ((p_timeline - 1) << 32) + 1)
+$$;
+
+-- advisory_horizon: how long after a confirmed check an advisory holder with this ttl
+-- has certainly stopped its command if it hears nothing more: pglock/lock/advisory.py's
+-- horizon(), min(ttl, keepalive idle + 3) with idle = max(3, round(ttl / 4)), rounding
+-- half up where Python rounds half to even (never earlier: a test compares the two).
+CREATE OR REPLACE FUNCTION {schema}.advisory_horizon(p_ttl interval) RETURNS interval
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    SELECT least(p_ttl, make_interval(
+        secs => greatest(3, round(extract(epoch FROM p_ttl) / 4)) + 3))
+$$;
+
 -- record_start: a run's start record, and any run its vanished predecessor left as
 -- abandoned. Called by acquire and start_run once the caller's claim is known to hold
 -- the lock or a seat. Any other run of the job still marked running (for a seat's
@@ -96,7 +160,12 @@ WITH claim AS (
     UPDATE {schema}.runs r
     SET outcome = 'abandoned', finished_at = clock_timestamp(),
         duration = clock_timestamp() - r.started_at,
-        error = 'its holder vanished without recording an end'
+        -- A token of a later timeline (its high bits: next_token) abandons a run of an
+        -- earlier one: a promotion came between, and may have lost the run's end.
+        error = CASE WHEN (p_fencing_token >> 32) > (coalesce(r.fencing_token, 0) >> 32)
+                     THEN 'its end may have been lost in a failover: it started before '
+                          'a promotion, and no end was recorded after it'
+                     ELSE 'its holder vanished without recording an end' END
     WHERE r.job = p_job AND r.outcome = 'running'
       -- A seat's run abandons only its seat's (and a lock's, which is free).
       AND (r.seat IS NULL OR r.seat IS NOT DISTINCT FROM (SELECT seat FROM claim)
@@ -210,6 +279,9 @@ DECLARE
     v_seat integer;
     v_own integer;
     v_incarnation text;
+    v_timeline record;
+    -- A job (or seat) with no row waits out a promotion's window too (docs/ha.md).
+    v_no_row_waits boolean;
 BEGIN
     SELECT value::integer INTO v_version FROM {schema}.meta WHERE key = 'version';
     schema_version := v_version;
@@ -227,6 +299,15 @@ BEGIN
         RETURN;
     END IF;
     PERFORM set_config('synchronous_commit', 'on', true);
+    -- After a promotion (docs/ha.md, "Asynchronous replication"): a row last written
+    -- under an older timeline may hide a holder whose writes the old primary lost, so it
+    -- is taken by nobody else until the larger ttl has passed since this timeline was
+    -- first seen; that holder stops at its next renewal, before. A job with no row waits
+    -- as long (a lost first acquisition leaves none), unless the schema never saw a
+    -- promotion. On the first timeline, and after a restart, nothing waits.
+    SELECT * INTO v_timeline FROM {schema}.sighting();
+    v_no_row_waits := v_timeline.promoted
+                      AND clock_timestamp() < v_timeline.first_seen + p_ttl;
     -- A run without an attempt number is an older pglock's: for those, one run per slot.
     slot_ran := p_slot IS NOT NULL AND (
         EXISTS (SELECT 1 FROM {schema}.slots WHERE job = p_job AND slot = p_slot
@@ -250,23 +331,31 @@ BEGIN
                           WHERE v_own IS NULL OR g = v_own ORDER BY g LOOP
                 INSERT INTO {schema}.seats AS s
                     (job, seat, seat_limit, mode, holder, holder_pid, holder_id,
-                     fencing_token, ttl, acquired_at, renewed_at, expires_at)
-                VALUES (p_job, v_seat, p_limit, p_mode, p_holder, p_holder_pid,
-                        p_holder_id, 1, p_ttl, clock_timestamp(), clock_timestamp(),
-                        clock_timestamp() + p_ttl)
+                     fencing_token, ttl, acquired_at, renewed_at, expires_at, timeline)
+                SELECT p_job, v_seat, p_limit, p_mode, p_holder, p_holder_pid,
+                       p_holder_id, {schema}.next_token(NULL, v_timeline.timeline), p_ttl,
+                       clock_timestamp(), clock_timestamp(), clock_timestamp() + p_ttl,
+                       v_timeline.timeline
+                WHERE NOT v_no_row_waits OR EXISTS (
+                    SELECT 1 FROM {schema}.seats WHERE job = p_job AND seat = v_seat)
                 ON CONFLICT (job, seat) DO UPDATE SET
                     seat_limit = excluded.seat_limit, mode = excluded.mode,
                     holder = excluded.holder, holder_pid = excluded.holder_pid,
-                    holder_id = excluded.holder_id, fencing_token = s.fencing_token + 1,
+                    holder_id = excluded.holder_id,
+                    fencing_token = {schema}.next_token(s.fencing_token, excluded.timeline),
                     ttl = excluded.ttl, acquired_at = excluded.acquired_at,
                     renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
                     released_at = NULL, cleared_at = NULL, cleared_by = NULL,
                     stop_requested_at = NULL, stop_requested_by = NULL,
-                    stop_reason = NULL
-                WHERE s.expires_at <= clock_timestamp()
-                   OR s.holder_id = excluded.holder_id
-                   OR (s.released_at IS NOT NULL
-                       AND (p_rerun OR p_handover_from IS NOT NULL))
+                    stop_reason = NULL, timeline = excluded.timeline
+                WHERE (s.expires_at <= clock_timestamp()
+                       OR s.holder_id = excluded.holder_id
+                       OR (s.released_at IS NOT NULL
+                           AND (p_rerun OR p_handover_from IS NOT NULL)))
+                  -- A seat from before a promotion: as the lock below.
+                  AND (s.holder_id = excluded.holder_id
+                       OR coalesce(s.timeline, 0) >= excluded.timeline
+                       OR clock_timestamp() >= v_timeline.first_seen + greatest(s.ttl, p_ttl))
                 RETURNING s.fencing_token INTO token;
                 IF token IS NOT NULL THEN
                     seat := v_seat;
@@ -289,29 +378,44 @@ BEGIN
                            AND expires_at > clock_timestamp()) THEN
         INSERT INTO {schema}.locks AS l
             (job, mode, holder, holder_pid, holder_id, fencing_token, ttl,
-             acquired_at, renewed_at, expires_at, backend_pid, incarnation)
-        VALUES (p_job, p_mode, p_holder, p_holder_pid, p_holder_id, 1, p_ttl,
-                clock_timestamp(), clock_timestamp(), clock_timestamp() + p_ttl,
-                CASE WHEN p_mode = 'advisory' THEN pg_backend_pid() END, v_incarnation)
+             acquired_at, renewed_at, expires_at, backend_pid, incarnation, timeline,
+             stops_by)
+        SELECT p_job, p_mode, p_holder, p_holder_pid, p_holder_id,
+               {schema}.next_token(NULL, v_timeline.timeline), p_ttl,
+               clock_timestamp(), clock_timestamp(), clock_timestamp() + p_ttl,
+               CASE WHEN p_mode = 'advisory' THEN pg_backend_pid() END, v_incarnation,
+               v_timeline.timeline,
+               CASE WHEN p_mode = 'advisory'
+                    THEN clock_timestamp() + {schema}.advisory_horizon(p_ttl) END
+        WHERE NOT v_no_row_waits OR EXISTS (SELECT 1 FROM {schema}.locks WHERE job = p_job)
         ON CONFLICT (job) DO UPDATE SET
             mode = excluded.mode, holder = excluded.holder, holder_pid = excluded.holder_pid,
-            holder_id = excluded.holder_id, fencing_token = l.fencing_token + 1,
+            holder_id = excluded.holder_id,
+            fencing_token = {schema}.next_token(l.fencing_token, excluded.timeline),
             ttl = excluded.ttl, acquired_at = excluded.acquired_at,
             renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
             released_at = NULL, backend_pid = excluded.backend_pid,
             incarnation = excluded.incarnation, cleared_at = NULL, cleared_by = NULL,
-            stop_requested_at = NULL, stop_requested_by = NULL, stop_reason = NULL
-        WHERE l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
-           -- Holding the advisory lock proves an unreleased advisory row's holder is gone,
-           -- on the server (and in the life of its lock table) that granted and last
-           -- confirmed it. Stamped by any other, the row is a lease: its holder may be
-           -- alive, reconnecting to take its session lock back (retake).
-           OR (p_mode = 'advisory' AND l.mode = 'advisory' AND l.cleared_at IS NULL
-               AND l.released_at IS NULL AND l.incarnation = v_incarnation)
-           -- Released but in its hold: only a handover to a contender that waited for
-           -- this holder (or an earlier one), or a deliberate rerun.
-           OR (l.released_at IS NOT NULL
-               AND (p_rerun OR l.fencing_token >= p_handover_from))
+            stop_requested_at = NULL, stop_requested_by = NULL, stop_reason = NULL,
+            timeline = excluded.timeline, stops_by = excluded.stops_by
+        WHERE (l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
+               -- Holding the advisory lock proves an unreleased advisory row's holder has
+               -- lost its session, on the server (and in the life of its lock table) that
+               -- granted and last confirmed it; the row is taken once that holder has
+               -- stopped its command too (stops_by: docs/advisory.md, "The
+               -- lock-delay"). Stamped by any other server, the row is a lease: its
+               -- holder may be alive, reconnecting to take its session lock back (retake).
+               OR (p_mode = 'advisory' AND l.mode = 'advisory' AND l.cleared_at IS NULL
+                   AND l.released_at IS NULL AND l.incarnation = v_incarnation
+                   AND coalesce(l.stops_by, l.expires_at) <= clock_timestamp())
+               -- Released but in its hold: only a handover to a contender that waited for
+               -- this holder (or an earlier one), or a deliberate rerun.
+               OR (l.released_at IS NOT NULL
+                   AND (p_rerun OR l.fencing_token >= p_handover_from)))
+          -- Last written under an older timeline: nobody else before the window's end.
+          AND (l.holder_id = excluded.holder_id
+               OR coalesce(l.timeline, 0) >= excluded.timeline
+               OR clock_timestamp() >= v_timeline.first_seen + greatest(l.ttl, p_ttl))
         RETURNING l.fencing_token INTO token;
     END IF;
     IF token IS NULL THEN
@@ -484,7 +588,10 @@ BEGIN
         UPDATE {schema}.locks
         SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
             incarnation = CASE WHEN p_advisory THEN {schema}.incarnation()
-                               ELSE incarnation END
+                               ELSE incarnation END,
+            timeline = {schema}.restamp(timeline, expires_at),
+            stops_by = CASE WHEN p_advisory
+                            THEN clock_timestamp() + {schema}.advisory_horizon(ttl) END
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
           AND cleared_at IS NULL
         RETURNING expires_at, stop_requested_at IS NOT NULL,
@@ -494,7 +601,8 @@ BEGIN
         renewed := FOUND;
         IF NOT renewed THEN
             UPDATE {schema}.seats
-            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
+            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
+                timeline = {schema}.restamp(timeline, expires_at)
             WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
               AND cleared_at IS NULL
             RETURNING expires_at, stop_requested_at IS NOT NULL,
@@ -559,14 +667,14 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'on', true);
     UPDATE {schema}.locks
     SET expires_at = greatest(clock_timestamp(), acquired_at + p_min_hold),
-        released_at = clock_timestamp()
+        released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
     WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
       AND cleared_at IS NULL;
     v_ours := FOUND;
     IF NOT v_ours THEN
         UPDATE {schema}.seats
         SET expires_at = greatest(clock_timestamp(), acquired_at + p_min_hold),
-            released_at = clock_timestamp()
+            released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
           AND cleared_at IS NULL;
         v_ours := FOUND;
@@ -612,14 +720,18 @@ BEGIN
     kept := false;
     IF p_keep THEN
         UPDATE {schema}.locks
-        SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
+        SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
+            timeline = {schema}.restamp(timeline, expires_at),
+            stops_by = CASE WHEN mode = 'advisory'
+                            THEN clock_timestamp() + {schema}.advisory_horizon(ttl) END
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
           AND cleared_at IS NULL
         RETURNING stop_requested_at IS NOT NULL INTO v_stop;
         ours := FOUND;
         IF NOT ours THEN
             UPDATE {schema}.seats
-            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
+            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
+                timeline = {schema}.restamp(timeline, expires_at)
             WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
               AND cleared_at IS NULL
             RETURNING stop_requested_at IS NOT NULL INTO v_stop;
@@ -632,7 +744,7 @@ BEGIN
         SET expires_at = greatest(clock_timestamp(),
                                   acquired_at + CASE WHEN v_stop THEN interval '0'
                                                      ELSE p_min_hold END),
-            released_at = clock_timestamp()
+            released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
           AND cleared_at IS NULL;
         ours := FOUND;
@@ -641,7 +753,7 @@ BEGIN
             SET expires_at = greatest(clock_timestamp(),
                                       acquired_at + CASE WHEN v_stop THEN interval '0'
                                                          ELSE p_min_hold END),
-                released_at = clock_timestamp()
+                released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
             WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
               AND cleared_at IS NULL;
             ours := FOUND;
@@ -824,7 +936,9 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
                        interval, integer, integer),
     {schema}.renew(text, text, bigint, boolean),
     {schema}.retake(text, text, bigint),
-    {schema}.incarnation(),
+    {schema}.incarnation(), {schema}.timeline(), {schema}.sighting(),
+    {schema}.next_token(bigint, bigint), {schema}.advisory_horizon(interval),
+    {schema}.restamp(bigint, timestamptz),
     {schema}.release(text, text, bigint, interval, timestamptz),
     {schema}.finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer,
                     text, text, bytea, boolean, boolean, text, text, text, text),

@@ -45,7 +45,9 @@ def test_the_runner_gets_the_functions_revoked_from_public() -> None:
     assert set(roles.RUN_FUNCTIONS) <= revoked
     # The helpers the functions use are nobody's to call.
     assert revoked - set(roles.RUN_FUNCTIONS) == {
-        "advisory_key(text)", "session_holds(text)", "incarnation()",
+        "advisory_key(text)", "session_holds(text)", "incarnation()", "timeline()",
+        "sighting()", "next_token(bigint, bigint)", "advisory_horizon(interval)",
+        "restamp(bigint, timestamptz)",
         "record_start(text, timestamptz, text, text, integer, text, bigint, text, text, text, "
         "timestamptz, interval, integer, integer)"}
 
