@@ -493,12 +493,12 @@ class Slot:
             margin, terminated = heartbeat.margin, watchdog.terminated
             supervision.on_terminated = lambda kill_at: terminated(kill_at + margin / 2)
         try:
-            result, code = keeping.supervise(supervision, capture, self.session, watchdog)
+            result, code = keeping.supervise(supervision, capture, self.session)
         except Exception as error:
             # A bug of ours must not leave the command running unlocked, nor the run
             # unrecorded.
             child.signal_family(signal.SIGKILL)
-            child.process.wait()
+            child.wait()
             failure = RunResult(Outcome.FAILED, None, clock.now() - supervision.started,
                                 error=f"pglock failed while the command ran: {error!r}")
             self.finish(run, failure, then="release")
@@ -524,9 +524,9 @@ class Slot:
         self.watches.append(watch)
 
     def keepers(self, child: Child) -> tuple[Heartbeat, Watchdog | None]:
-        """The renewal thread, and (with --on-lost kill) the watchdog process beside it."""
+        """The renewal thread, and (with --on-lost kill) the command's watchdog armed with
+        the lock's deadline."""
         from pglock.run import keeping
-        from pglock.run.watchdog import Watchdog
 
         watchdog: Watchdog | None = None
 
@@ -538,11 +538,10 @@ class Slot:
                               acquired_sent_at=self.sent, kill_after=self.options.kill_after,
                               on_lost=self.gate.wake, on_renewed=renewed)
         if self.options.on_lost == "kill":
-            # Forked here, before any thread of ours runs. It acts half a margin after the main
-            # loop would, so it only acts when pglock itself cannot: stopped, or stuck.
-            watchdog = Watchdog(child.pid, heartbeat.lost_at() + heartbeat.margin / 2,
-                                heartbeat.grace, family=child.reaping)
-            child.spared.add(watchdog.pid)
+            # It acts half a margin after the main loop would, so it only acts when pglock
+            # itself cannot: stopped, or stuck.
+            watchdog = child.watchdog
+            watchdog.arm(heartbeat.lost_at() + heartbeat.margin / 2, heartbeat.grace)
         return heartbeat, watchdog
 
     def ended(self, run: ledger.StartedRun, result: RunResult, code: int) -> Attempted:
