@@ -16,12 +16,25 @@ import contextlib
 import os
 import signal
 from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
 
 from pglock.errors import ExitStatus, PglockError
 from pglock.lock import clock
 from pglock.run.tree import become_subreaper, children, descendants, outside_group
 from pglock.run.watchdog import Watchdog
 from pglock.settings.config import shown
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """When the command may be forked at the latest (on the stopwatch), and, with
+    --on-lost kill, the watchdog's first deadline and the grace between its SIGTERM and
+    its SIGKILL: armed from the fork on, so that no moment of the command's life is
+    unwatched (renewals extend it)."""
+
+    start_by: float = float("inf")
+    watch_until: float | None = None
+    grace: float = 0.0
 
 
 class CannotStart(PglockError):
@@ -63,7 +76,7 @@ class Child:
     @classmethod
     def spawn(cls, argv: Sequence[str], env: Mapping[str, str],
               outputs: tuple[int, int] | None = None, *, reap: bool = False,
-              start_by: float = float("inf")) -> Child:
+              deadlines: Deadlines = Deadlines()) -> Child:
         """Start the command (output into `outputs`, else ours); CannotStart says why not.
 
         With `reap`, what the command leaves running stays the job's to wait for and stop,
@@ -75,10 +88,11 @@ class Child:
             raise CannotStart("command not found: ''", ExitStatus.NOT_FOUND)
         # Our own: for orphans of a watchdog that was killed on its own.
         reaping = reap and become_subreaper()
-        late = clock.now() - start_by
+        late = clock.now() - deadlines.start_by
         if late >= 0:
             raise _late(f"{late:.1f}")
-        watchdog = Watchdog(argv, env, outputs, reaping, start_by)
+        watchdog = Watchdog(argv, env, outputs, reaping,
+                            (deadlines.start_by, deadlines.watch_until, deadlines.grace))
         started = watchdog.started
         if started.kind == b"S":
             return cls(watchdog, reaping=reaping)

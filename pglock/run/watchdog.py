@@ -69,14 +69,17 @@ class Watchdog:
     """The watching process, seen from pglock."""
 
     def __init__(self, argv: Sequence[str], env: Mapping[str, str],
-                 outputs: tuple[int, int] | None, reap: bool, start_by: float) -> None:
+                 outputs: tuple[int, int] | None, reap: bool,
+                 deadlines: tuple[float, float | None, float]) -> None:
+        """Fork the watchdog, which forks the command unless past `start_by`, and watches
+        it from then on until `watch_until` (extended by renewals), if not None."""
         control_r, self._control_w = os.pipe()
         report_r, report_w = os.pipe()
         self.pid = os.fork()
         if self.pid == 0:  # pragma: no cover (the child never returns)
             os.close(self._control_w)
             os.close(report_r)
-            _watch(control_r, report_w, (argv, env, outputs), reap, start_by)
+            _watch(control_r, report_w, (argv, env, outputs), reap, deadlines)
         os.close(control_r)
         os.close(report_w)
         self.reports = report_r
@@ -135,11 +138,6 @@ class Watchdog:
         # A full pipe means unread records: later ones follow; a gone watchdog hears nothing.
         with contextlib.suppress(OSError):
             os.write(self._control_w, _RECORD.pack(kind, value))
-
-    def arm(self, deadline: float, grace: float) -> None:
-        """--on-lost kill: enforce `deadline` (SIGTERM, then SIGKILL `grace` later)."""
-        self._send(b"G", grace)
-        self._send(b"D", deadline)
 
     def extend(self, deadline: float) -> None:
         """A renewal succeeded: the new deadline (on the shared boot-time clock)."""
@@ -203,15 +201,19 @@ def _start(report: int, command: tuple[Sequence[str], Mapping[str, str],
 
 def _watch(control: int, report: int,
            command: tuple[Sequence[str], Mapping[str, str], tuple[int, int] | None],
-           reap: bool, start_by: float) -> None:
+           reap: bool, deadlines: tuple[float, float | None, float]) -> None:
     """The child: only os calls from here on, and never a return into pglock's code."""
     code = 0
     try:
         # The command is forked first: it must inherit pglock's dispositions (reset by
         # exec), not the watchdog's ignored ones (kept by exec).
+        start_by, watch_until, grace = deadlines
         pid = _start(report, command, reap, start_by)
         if pid:
-            code = _Watch(control, report, pid, reap).run()
+            watch = _Watch(control, report, pid, reap)
+            if watch_until is not None:
+                watch.deadline, watch.grace = watch_until, grace
+            code = watch.run()
     finally:
         os._exit(code)
 
@@ -286,9 +288,7 @@ class _Watch:
                 self.told(kind, value)
 
     def told(self, kind: bytes, value: float) -> None:
-        if kind == b"G":
-            self.grace = value
-        elif kind == b"D" and self.kill_at == float("inf") and not self.fired:
+        if kind == b"D" and self.kill_at == float("inf") and not self.fired:
             self.deadline = value
         elif kind == b"T":
             self.deadline = float("inf")
