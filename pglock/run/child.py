@@ -17,12 +17,17 @@ import os
 import signal
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pglock.errors import ExitStatus, PglockError
 from pglock.lock import clock
 from pglock.run.tree import become_subreaper, children, descendants, outside_group
-from pglock.run.watchdog import Watchdog
 from pglock.settings.config import shown
+
+# A host that loses the race needs Child for its signal gate's types only: the watchdog
+# is imported by the spawn.
+if TYPE_CHECKING:
+    from pglock.run.watchdog import Watchdog
 
 
 @dataclass(frozen=True)
@@ -83,6 +88,8 @@ class Child:
         and is killed if pglock dies. Past `start_by` on the stopwatch, checked after every
         preparation and immediately before the fork, nothing is forked: LateStart.
         """
+        from pglock.run.watchdog import Watchdog
+
         if not argv or not argv[0]:
             # execvp("") fails with EACCES on some systems: still a command not found.
             raise CannotStart("command not found: ''", ExitStatus.NOT_FOUND)
