@@ -122,11 +122,12 @@ class SignalGate:
     def blocked(self) -> Iterator[None]:
         """Hold signals back while the command is forked, so none lands in between: no
         database wait may happen inside."""
-        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        # The terminal's stops too: the watchdog, forked in between, must not run our handler.
+        signal.pthread_sigmask(signal.SIG_BLOCK, (*FORWARDED, *SUSPENDING))
         try:
             yield
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, (*FORWARDED, *SUSPENDING))
 
 
 @dataclass(eq=False)

@@ -43,8 +43,8 @@ def child_setup(parent_pid: int) -> Callable[[], None]:
     die_with_parent = death_with_parent()
 
     def setup() -> None:
-        # pglock blocks forwarded signals around the fork; the command must not inherit that.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+        # pglock blocks its signals around the fork; the command must not inherit that.
+        signal.pthread_sigmask(signal.SIG_UNBLOCK, (*FORWARDED, *SUSPENDING))
         if die_with_parent is not None:
             die_with_parent()
             # The parent may have died before prctl: then no signal would ever come.
