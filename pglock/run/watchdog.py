@@ -82,9 +82,14 @@ class Watchdog:
             _watch(control_r, report_w, (argv, env, outputs), reap, deadlines)
         os.close(control_r)
         os.close(report_w)
+        # The heartbeat thread writes here: it must never wait on a watchdog that is not
+        # reading (a full pipe means unread deadlines; a later one follows).
+        os.set_blocking(self._control_w, False)
         self.reports = report_r
         self._unread = b""
         self.ended: int | None = None
+        # The watchdog closed its reports before telling the command's exit: it is gone.
+        self.gone = False
         self.started = self._started()
 
     def _started(self) -> Started:
@@ -116,8 +121,6 @@ class Watchdog:
         kind, value = _REPORT.unpack(self._unread[:_REPORT.size])
         self._unread = self._unread[_REPORT.size:]
         return kind, value
-
-    gone = False
 
     def exit_status(self, *, block: bool = False) -> int | None:
         """The command's wait status once it has exited; a watchdog gone first counts as a
