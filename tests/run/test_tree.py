@@ -102,17 +102,26 @@ def _tree(env: Env) -> tuple[Path, list[str]]:
     return old, ["sh", str(script), str(old)]
 
 
-@pytest.mark.parametrize("mode", ["lease", "advisory"])
-def test_a_sigkilled_pglock_takes_its_commands_whole_tree_along(env: Env, mode: str) -> None:
+# SIGKILL to pglock's pid (an operator's kill -9, the OOM killer), or to its whole process
+# group (`kill -KILL -- -PGID`: the watchdog is in a group of its own).
+@pytest.mark.parametrize(("mode", "target"),
+                         [("lease", "pid"), ("advisory", "pid"), ("lease", "group")])
+def test_a_sigkilled_pglock_takes_its_commands_whole_tree_along(env: Env, mode: str,
+                                                                 target: str) -> None:
     old, command = _tree(env)
     new = env.tmp / "new-marks"
     job = f"orph-{mode}"
-    # Its output is nobody's: the old tree keeps pipes open as long as it lives.
+    # Its output is nobody's: the old tree keeps pipes open as long as it lives. A session
+    # of its own, so that its group is not the test's.
     holder = env.popen("run", "--job", job, "--mode", mode, "--ttl", f"{TTL:g}s", "--",
-                       *command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+                       *command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       start_new_session=True)
     try:
         env.wait_for(lambda: _kinds(old) >= KINDS, what="every process of the tree to mark")
-        holder.kill()
+        if target == "group":
+            os.killpg(holder.pid, signal.SIGKILL)
+        else:
+            holder.kill()
         killed_at = time.time_ns()
         holder.wait(timeout=30)
         # A contender after the ttl (lease mode: it waits for the lease to run out).
