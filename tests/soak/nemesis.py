@@ -248,6 +248,8 @@ def _children(pid: int) -> list[int]:
 
 def _is_command(pid: int) -> bool:
     try:
-        return b"command.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        # The command's own process (python command.py ...), not pglock or its watchdog,
+        # whose command lines name command.py too.
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1].endswith(b"command.py")
+    except (OSError, IndexError):
         return False
