@@ -41,6 +41,14 @@ def start_deadline(confirmed_at: float, horizon: float) -> float:
     return confirmed_at + horizon - margin(horizon)
 
 
+def watched(confirmed_at: float, horizon: float, kill_after: float) -> tuple[float, float]:
+    """The watchdog's deadline and grace for a lock a statement sent at `confirmed_at`
+    confirmed: half a margin after the heartbeat's own local deadline, so that it only
+    acts when pglock cannot (stopped, or stuck)."""
+    return (confirmed_at + horizon - slack(horizon, kill_after) + margin(horizon) / 2,
+            grace(horizon, kill_after))
+
+
 def slack(horizon: float, kill_after: float) -> float:
     """How long before the horizon the lock counts as lost: the margin, then the grace
     the command gets to stop."""

@@ -1,14 +1,13 @@
-"""The command: executed directly in its own process group, tied to pglock's life.
+"""The command: its own process group, forked by the watchdog, tied to pglock's life.
 
-On Linux the child asks for SIGKILL when the thread that forked it dies
-(PR_SET_PDEATHSIG), so a SIGKILLed pglock cannot leave its command running unlocked.
-That ties it to the *thread*, and preexec_fn is unsafe once threads run: spawn from
-the main thread before the heartbeat thread starts.
+pglock forks the watchdog (run/watchdog.py) and the watchdog forks the command: the
+command's whole tree hangs below a process that outlives pglock, so that whatever kills
+pglock (SIGKILL, the OOM killer) kills the tree too, and that a stop of pglock's process
+group (a terminal's Ctrl-Z) cannot stop the one that enforces the lock's deadline. The
+command's exit status comes from the watchdog, which reaps it.
 
-A command may leave processes behind (a daemon started with setsid, a double fork):
-pglock makes itself their "child subreaper" (PR_SET_CHILD_SUBREAPER), so they are
-reparented to it rather than to init, and it can wait for them and stop them with the
-command. Found through /proc, they are signalled by pid: they are in no group of ours.
+pglock stays a child subreaper too (PR_SET_CHILD_SUBREAPER): a watchdog killed on its own
+takes the command's own process along (PR_SET_PDEATHSIG) and leaves pglock the rest.
 """
 
 from __future__ import annotations
@@ -16,21 +15,31 @@ from __future__ import annotations
 import contextlib
 import os
 import signal
-import subprocess
-import sys
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from pglock.errors import ExitStatus, PglockError
 from pglock.lock import clock
+from pglock.run.tree import become_subreaper, children, descendants, outside_group
 from pglock.settings.config import shown
 
-# Signals an operator may send pglock; they go on to the command.
-FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
-             signal.SIGUSR1, signal.SIGUSR2)
-# Of those, the ones that mean "stop": SIGKILL follows after --kill-after.
-STOPPING = frozenset((signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT))
-_PR_SET_PDEATHSIG = 1
-_PR_SET_CHILD_SUBREAPER = 36
+# A host that loses the race needs Child for its signal gate's types only: the watchdog
+# is imported by the spawn.
+if TYPE_CHECKING:
+    from pglock.run.watchdog import Watchdog
+
+
+@dataclass(frozen=True)
+class Deadlines:
+    """When the command may be forked at the latest (on the stopwatch), and, with
+    --on-lost kill, the watchdog's first deadline and the grace between its SIGTERM and
+    its SIGKILL: armed from the fork on, so that no moment of the command's life is
+    unwatched (renewals extend it)."""
+
+    start_by: float = float("inf")
+    watch_until: float | None = None
+    grace: float = 0.0
 
 
 class CannotStart(PglockError):
@@ -46,81 +55,9 @@ class LateStart(PglockError):
     started, and the attempt is recorded lock_lost (125)."""
 
 
-def death_with_parent() -> Callable[[], None] | None:
-    """A call that has Linux SIGKILL the calling process when the thread that forked it
-    dies (PR_SET_PDEATHSIG); None elsewhere. Resolved before a fork: ctypes is not
-    loaded between fork and exec."""
-    if sys.platform != "linux":
-        return None
-    import ctypes
-
-    prctl = ctypes.CDLL(None, use_errno=True).prctl
-    return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
-
-
-def _child_setup(parent_pid: int) -> Callable[[], None]:
-    """What runs in the child between fork and exec."""
-    die_with_parent = death_with_parent()
-
-    def setup() -> None:
-        # The parent blocks forwarded signals around the fork; the command must not inherit that.
-        signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
-        if die_with_parent is not None:
-            die_with_parent()
-            # The parent may have died before prctl: then no signal would ever come.
-            if os.getppid() != parent_pid:
-                os.kill(os.getpid(), signal.SIGKILL)
-
-    return setup
-
-
-def become_subreaper() -> bool:
-    """Have orphans of our descendants reparented to us, not to init; False if impossible."""
-    if sys.platform != "linux":
-        return False
-    import ctypes
-
-    return bool(ctypes.CDLL(None, use_errno=True).prctl(_PR_SET_CHILD_SUBREAPER, 1, 0, 0, 0) == 0)
-
-
-def children(pid: int) -> list[int]:
-    """The direct children of `pid`, from /proc (every thread's list)."""
-    found: list[int] = []
-    try:
-        tasks = os.listdir(f"/proc/{pid}/task")
-    except OSError:
-        return found
-    for task in tasks:
-        try:
-            with open(f"/proc/{pid}/task/{task}/children", "rb") as handle:
-                found.extend(int(child) for child in handle.read().split())
-        except (OSError, ValueError):
-            continue
-    return found
-
-
-def descendants(root: int, spared: frozenset[int] | set[int] = frozenset()) -> list[int]:
-    """Every process below `root`, parents before children, leaving out `spared` subtrees."""
-    found: list[int] = []
-    pending = [root]
-    while pending:
-        for child in children(pending.pop()):
-            if child not in spared and child not in found:
-                found.append(child)
-                pending.append(child)
-    return found
-
-
-def outside_group(pids: list[int], pgid: int) -> list[int]:
-    """The processes of `pids` that are not in process group `pgid` (nor gone)."""
-    found = []
-    for pid in pids:
-        try:
-            if os.getpgid(pid) != pgid:
-                found.append(pid)
-        except ProcessLookupError:
-            continue
-    return found
+def _late(lateness: str) -> LateStart:
+    return LateStart(f"not started: the lock's deadline to start the command passed "
+                     f"{lateness}s before it could be forked (pglock was held up)")
 
 
 def _reap(pid: int) -> bool:
@@ -133,47 +70,50 @@ def _reap(pid: int) -> bool:
 
 
 class Child:
-    """A running command, its process group, and (as subreaper) what it leaves behind."""
+    """A running command, its process group, and (when reaping) what it leaves behind."""
 
-    def __init__(self, process: subprocess.Popen[bytes], *, reaping: bool = False) -> None:
-        self.process = process
-        self.pid = process.pid
-        # Whether orphans of the command come to us; pids of our own helpers to leave alone.
+    def __init__(self, watchdog: Watchdog, *, reaping: bool = False) -> None:
+        self.watchdog = watchdog
+        self.pid = watchdog.started.value
+        # Whether what the command leaves running is the job's, to wait for and stop.
         self.reaping = reaping
-        self.spared: set[int] = set()
 
     @classmethod
     def spawn(cls, argv: Sequence[str], env: Mapping[str, str],
               outputs: tuple[int, int] | None = None, *, reap: bool = False,
-              start_by: float = float("inf")) -> Child:
+              deadlines: Deadlines = Deadlines()) -> Child:
         """Start the command (output into `outputs`, else ours); CannotStart says why not.
 
-        With `reap`, what the command leaves running stays ours to wait for and stop.
-        Past `start_by` on the stopwatch, checked after every preparation and immediately
-        before the fork, nothing is forked: LateStart.
+        With `reap`, what the command leaves running stays the job's to wait for and stop,
+        and is killed if pglock dies. Past `start_by` on the stopwatch, checked after every
+        preparation and immediately before the fork, nothing is forked: LateStart.
         """
-        stdout, stderr = outputs or (None, None)
+        from pglock.run.watchdog import Watchdog
+
         if not argv or not argv[0]:
             # execvp("") fails with EACCES on some systems: still a command not found.
             raise CannotStart("command not found: ''", ExitStatus.NOT_FOUND)
+        # Our own: for orphans of a watchdog that was killed on its own.
         reaping = reap and become_subreaper()
-        setup = _child_setup(os.getpid())
-        environment = dict(env)
-        late = clock.now() - start_by
+        late = clock.now() - deadlines.start_by
         if late >= 0:
-            raise LateStart(f"not started: the lock's deadline to start the command passed "
-                            f"{late:.1f}s before it could be forked (pglock was held up)")
-        try:
-            process = subprocess.Popen(list(argv), env=environment, process_group=0,
-                                       stdout=stdout, stderr=stderr, preexec_fn=setup)
-        except FileNotFoundError:
-            raise CannotStart(f"command not found: {shown(argv[0])}",
-                              ExitStatus.NOT_FOUND) from None
-        except (PermissionError, IsADirectoryError, OSError) as error:
-            reason = error.strerror or type(error).__name__
-            raise CannotStart(f"cannot execute {shown(argv[0])}: {reason}",
-                              ExitStatus.CANNOT_EXECUTE) from None
-        return cls(process, reaping=reaping)
+            raise _late(f"{late:.1f}")
+        watchdog = Watchdog(argv, env, outputs, reaping,
+                            (deadlines.start_by, deadlines.watch_until, deadlines.grace))
+        started = watchdog.started
+        if started.kind == b"S":
+            return cls(watchdog, reaping=reaping)
+        watchdog.stand_down()
+        if started.kind == b"L":
+            raise _late(started.reason)
+        if started.kind == b"N":
+            raise CannotStart(f"command not found: {shown(argv[0])}", ExitStatus.NOT_FOUND)
+        if started.kind == b"E":
+            raise CannotStart(f"cannot execute {shown(argv[0])}: {started.reason}",
+                              ExitStatus.CANNOT_EXECUTE)
+        raise CannotStart(f"not started: pglock failed before the fork "
+                          f"({shown(started.reason or 'the watchdog did not start')})",
+                          ExitStatus.INTERNAL)
 
     def signal_group(self, signum: int, *, resume: bool = True) -> None:
         """Signal the whole group; a stopped process gets SIGCONT so it can die (as timeout(1))."""
@@ -184,12 +124,14 @@ class Child:
 
     def lingering(self) -> list[int]:
         """The command's other processes: its descendants, and once it has exited, what it
-        left running; those that exited are reaped. Empty unless reaping."""
+        left running (below the watchdog, or below us if the watchdog was killed); those
+        that exited are reaped. Empty unless reaping."""
         if not self.reaping:
             return []
-        direct = set(children(os.getpid())) - {self.pid}
-        return [pid for pid in descendants(os.getpid(), self.spared)
-                if pid != self.pid and not (pid in direct and _reap(pid))]
+        keeper = self.watchdog.pid
+        direct = set(children(os.getpid())) - {keeper}
+        return [pid for pid in descendants(os.getpid())
+                if pid not in (keeper, self.pid) and not (pid in direct and _reap(pid))]
 
     def signal_family(self, signum: int, *, resume: bool = True) -> None:
         """Signal the group and every process the command left outside it."""
@@ -210,14 +152,32 @@ class Child:
 
     def poll(self) -> int | None:
         """The return code once the command has exited (-N for signal N)."""
-        return self.process.poll()
+        status = self.watchdog.exit_status()
+        return None if status is None else _returncode(status)
 
-    def exit_fd(self) -> int | None:
-        """A descriptor that becomes readable when the command exits (Linux pidfd)."""
-        try:
-            return os.pidfd_open(self.pid)
-        except (AttributeError, OSError):
-            return None
+    def wait(self) -> int:
+        """Block until the command has exited; its return code."""
+        status = self.watchdog.exit_status(block=True)
+        assert status is not None
+        return _returncode(status)
+
+    def exit_fd(self) -> int:
+        """A descriptor that becomes readable when the command exits (the watchdog's
+        reports); the caller closes it."""
+        return os.dup(self.watchdog.reports)
+
+    def stand_down(self) -> bool:
+        """The job's processes have ended: let the watchdog go; True if it had to stop the
+        command (pglock was stopped or stuck past the lock's deadline)."""
+        return self.watchdog.stand_down()
+
+
+def _returncode(status: int) -> int:
+    if os.WIFSIGNALED(status):
+        return -os.WTERMSIG(status)
+    if os.WIFEXITED(status):
+        return os.WEXITSTATUS(status)
+    return -signal.SIGKILL
 
 
 def exit_status(returncode: int) -> int:

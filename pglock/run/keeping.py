@@ -15,7 +15,6 @@ from pglock.lock.heartbeat import RETRY_INTERVAL, LeaseRenewer, Renewer, slack
 from pglock.lock.ledger import Outcome, RunResult
 from pglock.run import output
 from pglock.run.supervise import SignalGate, Supervision
-from pglock.run.watchdog import Watchdog
 
 
 def renewer(session: Reconnecting, claim: lease.Claim) -> Renewer:
@@ -34,7 +33,7 @@ def horizon(claim: lease.Claim) -> float:
 
 
 def supervise(supervision: Supervision, capture: output.Capture | None,
-               session: Reconnecting, watchdog: Watchdog | None) -> tuple[RunResult, int]:
+              session: Reconnecting) -> tuple[RunResult, int]:
     """Run to the end with the lease renewed; the result (with the output tail) and exit code."""
     if capture is not None:
         capture.start()
@@ -47,7 +46,7 @@ def supervise(supervision: Supervision, capture: output.Capture | None,
     finally:
         if not supervision.heartbeat.stop():
             session.abandon()
-    if watchdog is not None and watchdog.stand_down() and result.outcome is not Outcome.LOCK_LOST:
+    if supervision.child.stand_down() and result.outcome is not Outcome.LOCK_LOST:
         result = result._replace(
             outcome=Outcome.LOCK_LOST,
             error="lock lost: pglock was stopped past the lock's deadline, and its watchdog "

@@ -441,9 +441,9 @@ class Slot:
         # across the statement): a run recorded as started and stopped before its fork is
         # recorded killed (run()). Signals are blocked across the fork alone, so that none
         # lands between it and the command being there to forward them to.
-        from pglock.lock.heartbeat import start_deadline
+        from pglock.lock.heartbeat import start_deadline, watched
         from pglock.run import keeping
-        from pglock.run.child import CannotStart, Child, LateStart
+        from pglock.run.child import CannotStart, Child, Deadlines, LateStart
         from pglock.run.environment import command_environment
 
         self.gate.deferring = True
@@ -458,12 +458,17 @@ class Slot:
                 self.claim.run = run
                 raise Interrupted(self.gate.deferred_signal)
             try:
+                horizon = keeping.horizon(self.claim)
+                deadlines = Deadlines(start_deadline(self.sent, horizon))
+                if self.options.on_lost == "kill":
+                    # The heartbeat's first deadline, on the same anchor (keepers()).
+                    watch_until, grace = watched(self.sent, horizon, self.options.kill_after)
+                    deadlines = Deadlines(deadlines.start_by, watch_until, grace)
                 self.gate.child = Child.spawn(
                     self.options.command,
                     command_environment(self.options, self.claim, run.id, run.attempt),
                     None if capture is None else capture.child_fds(),
-                    reap=not self.options.leave_descendants,
-                    start_by=start_deadline(self.sent, keeping.horizon(self.claim)))
+                    reap=not self.options.leave_descendants, deadlines=deadlines)
             except (CannotStart, LateStart) as error:
                 return run, error
             except Exception as error:  # the OS, or a bug of ours: nothing was forked
@@ -567,12 +572,12 @@ class Slot:
             margin, terminated = heartbeat.margin, watchdog.terminated
             supervision.on_terminated = lambda kill_at: terminated(kill_at + margin / 2)
         try:
-            result, code = keeping.supervise(supervision, capture, self.session, watchdog)
+            result, code = keeping.supervise(supervision, capture, self.session)
         except Exception as error:
             # A bug of ours must not leave the command running unlocked, nor the run
             # unrecorded.
             child.signal_family(signal.SIGKILL)
-            child.process.wait()
+            child.wait()
             failure = RunResult(Outcome.FAILED, None, clock.now() - supervision.started,
                                 error=f"pglock failed while the command ran: {error!r}")
             self.finish(run, failure, then="release")
@@ -598,9 +603,9 @@ class Slot:
         self.watches.append(watch)
 
     def keepers(self, child: Child) -> tuple[Heartbeat, Watchdog | None]:
-        """The renewal thread, and (with --on-lost kill) the watchdog process beside it."""
+        """The renewal thread, and (with --on-lost kill) the command's watchdog armed with
+        the lock's deadline."""
         from pglock.run import keeping
-        from pglock.run.watchdog import Watchdog
 
         watchdog: Watchdog | None = None
 
@@ -612,11 +617,9 @@ class Slot:
                               acquired_sent_at=self.sent, kill_after=self.options.kill_after,
                               on_lost=self.gate.wake, on_renewed=renewed)
         if self.options.on_lost == "kill":
-            # Forked here, before any thread of ours runs. It acts half a margin after the main
-            # loop would, so it only acts when pglock itself cannot: stopped, or stuck.
-            watchdog = Watchdog(child.pid, heartbeat.lost_at() + heartbeat.margin / 2,
-                                heartbeat.grace, family=child.reaping)
-            child.spared.add(watchdog.pid)
+            # Armed since the fork (start()); it acts half a margin after the main loop
+            # would, so it only acts when pglock itself cannot: stopped, or stuck.
+            watchdog = child.watchdog
         return heartbeat, watchdog
 
     def ended(self, run: ledger.StartedRun, result: RunResult, code: int) -> Attempted:

@@ -27,7 +27,8 @@ from pglock.errors import ExitStatus, Interrupted
 from pglock.lock import clock
 from pglock.lock.heartbeat import Heartbeat
 from pglock.lock.ledger import Outcome, RunResult
-from pglock.run.child import FORWARDED, STOPPING, Child, exit_status
+from pglock.run.child import Child, exit_status
+from pglock.run.tree import FORWARDED, STOPPING, SUSPENDING
 
 # How often to look for the command's leftover processes once it has exited: they are
 # not our children to wait on, only to find in /proc.
@@ -53,11 +54,30 @@ class SignalGate:
         self.deferred_signal: int | None = None
         self.wake_r, self.wake_w = os.pipe()
         os.set_blocking(self.wake_w, False)
+        # When a stopped pglock, continued, may let its command go on: before this stopwatch
+        # time (the lock's local deadline with --on-lost kill); past it the lock may be gone.
+        self.resume_before: Callable[[], float] = lambda: float("inf")
 
     def install(self) -> None:
         for signum in FORWARDED:
             signal.signal(signum, self._handle)
+        for signum in SUSPENDING:
+            signal.signal(signum, self._suspend)
         signal.set_wakeup_fd(self.wake_w)
+
+    def _suspend(self, _signum: int, _frame: FrameType | None) -> None:
+        """A terminal's stop (Ctrl-Z, or reading or writing it from the background): stop
+        the command with pglock, as a shell stops a job, and continue it with pglock, unless
+        the lock's local deadline passed meanwhile (the watchdog, which no stop of pglock's
+        group reaches, stops the command by then; pglock, continued, finds the lock lost)."""
+        child = self.child
+        if child is not None:
+            # SIGSTOP, not the signal received: a command may ignore SIGTSTP.
+            child.signal_family(signal.SIGSTOP, resume=False)
+        os.kill(os.getpid(), signal.SIGSTOP)
+        if child is not None and self.child is child and clock.now() < self.resume_before():
+            child.signal_family(signal.SIGCONT, resume=False)
+        self.wake()
 
     def wake(self) -> None:
         """Wake the supervising loop from another thread."""
@@ -102,11 +122,12 @@ class SignalGate:
     def blocked(self) -> Iterator[None]:
         """Hold signals back while the command is forked, so none lands in between: no
         database wait may happen inside."""
-        signal.pthread_sigmask(signal.SIG_BLOCK, FORWARDED)
+        # The terminal's stops too: the watchdog, forked in between, must not run our handler.
+        signal.pthread_sigmask(signal.SIG_BLOCK, (*FORWARDED, *SUSPENDING))
         try:
             yield
         finally:
-            signal.pthread_sigmask(signal.SIG_UNBLOCK, FORWARDED)
+            signal.pthread_sigmask(signal.SIG_UNBLOCK, (*FORWARDED, *SUSPENDING))
 
 
 @dataclass(eq=False)
@@ -132,31 +153,29 @@ class Supervision:
         """Block until the command exits; its return code."""
         selector = selectors.DefaultSelector()
         exit_fd = self.child.exit_fd()
-        if exit_fd is not None:
-            selector.register(exit_fd, selectors.EVENT_READ)
+        selector.register(exit_fd, selectors.EVENT_READ)
         selector.register(self.gate.wake_r, selectors.EVENT_READ)
+        if self.on_lost == "kill":
+            self.gate.resume_before = self.heartbeat.lost_at
         try:
             while (returncode := self.child.poll()) is None:
-                self._pause(selector, polling=exit_fd is None)
-            if exit_fd is not None:
-                selector.unregister(exit_fd)
+                self._pause(selector)
+            selector.unregister(exit_fd)
             # The lock is held until whatever the command left running has exited too.
             while self.child.lingering():
                 self._pause(selector, longest=LINGER_POLL)
         finally:
             selector.close()
-            if exit_fd is not None:
-                os.close(exit_fd)
+            os.close(exit_fd)
         if self.lost or self.timed_out or self.stopped:
             # The leader is gone; nothing else of the group may go on working unlocked.
             self.child.signal_family(signal.SIGKILL)
         return returncode
 
-    def _pause(self, selector: selectors.BaseSelector, *, polling: bool = False,
-               longest: float = 3600.0) -> None:
+    def _pause(self, selector: selectors.BaseSelector, *, longest: float = 3600.0) -> None:
         """Act on what is due, then sleep until the next deadline, a signal or a wake-up."""
         self._check(clock.now())
-        for key, _ in selector.select(min(self._timeout(polling), longest)):
+        for key, _ in selector.select(min(self._timeout(), longest)):
             if key.fd == self.gate.wake_r:
                 os.read(self.gate.wake_r, 512)
 
@@ -191,14 +210,13 @@ class Supervision:
         else:
             self.kill_at = min(self.kill_at, now + grace)
 
-    def _timeout(self, polling: bool) -> float:
+    def _timeout(self) -> float:
         deadlines = [self.heartbeat.lost_at()]
         if self.max_runtime is not None:
             deadlines.append(self.started + self.max_runtime)
         if self.kill_at is not None:
             deadlines.append(self.kill_at)
-        timeout = max(0.0, min(deadlines) - clock.now())
-        return min(timeout, 0.05) if polling else min(timeout, 3600.0)
+        return min(max(0.0, min(deadlines) - clock.now()), 3600.0)
 
     def result(self, returncode: int) -> tuple[RunResult, int]:
         """The recorded result and pglock's exit code."""

@@ -107,9 +107,11 @@ def test_a_command_inside_its_start_deadline_is_forked(tmp_path: Path) -> None:
     """The other side of the check before the fork (tests/unit/run/test_late_start.py
     refuses; a unit test forks nothing): with its deadline still ahead, the command runs."""
     from pglock.lock import clock
-    from pglock.run.child import Child
+    from pglock.run.child import Child, Deadlines
 
     mark = tmp_path / "ran"
-    child = Child.spawn(["touch", str(mark)], dict(os.environ), start_by=clock.now() + 0.5)
-    assert child.process.wait(timeout=30) == 0
+    child = Child.spawn(["touch", str(mark)], dict(os.environ),
+                        deadlines=Deadlines(clock.now() + 0.5))
+    assert child.wait() == 0
+    child.stand_down()
     assert mark.exists()

@@ -6,7 +6,6 @@ import contextlib
 import os
 import signal
 import time
-from pathlib import Path
 
 import pytest
 from conftest import Env, one_line
@@ -201,12 +200,9 @@ def test_stopped_wrapper_cannot_outlive_its_lease(env: Env) -> None:
     holder = env.popen("run", "--job", "frozen-wrapper", "--ttl", "6s", "--",
                        "sh", "-c", f"trap 'date +%s%N > {marks}; exit 1' TERM; touch {ready}; "
                        "sleep 60 & wait")
-    # Frozen only once the command has its trap and pglock has forked its watchdog (after
-    # the command: it watches the command's group). The run row alone is written by the
-    # acquire, before either exists.
-    children = Path(f"/proc/{holder.pid}/task/{holder.pid}/children")
-    env.wait_for(lambda: ready.exists() and len(children.read_text().split()) >= 2,
-                 what="the command and the watchdog")
+    # Frozen only once the command has its trap (the watchdog forks it, so the watchdog
+    # is there). The run row alone is written by the acquire, before either exists.
+    env.wait_for(ready.exists, what="the command and the watchdog")
     os.kill(holder.pid, signal.SIGSTOP)
     frozen_at = time.time_ns()
     try:

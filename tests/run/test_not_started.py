@@ -26,10 +26,10 @@ STEPS = [
      "UnicodeEncodeError('utf-8', 'x', 0, 1, 'x')", 125, "not started: pglock failed"),
     ("pglock.run.child.become_subreaper", "OSError(1, 'Operation not permitted')", 125,
      "not started: pglock failed"),
-    ("pglock.run.child._child_setup", "MemoryError()", 125, "not started: pglock failed"),
-    ("pglock.run.child.subprocess.Popen", "ValueError('embedded null byte')", 125,
+    ("pglock.run.watchdog.child_setup", "MemoryError()", 125, "not started: pglock failed"),
+    ("pglock.run.watchdog.subprocess.Popen", "ValueError('embedded null byte')", 125,
      "not started: pglock failed"),
-    ("pglock.run.child.subprocess.Popen", "OSError(7, 'Argument list too long')", 126,
+    ("pglock.run.watchdog.subprocess.Popen", "OSError(7, 'Argument list too long')", 126,
      "cannot execute true: Argument list too long"),
 ]
 

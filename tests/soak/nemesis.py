@@ -295,14 +295,23 @@ def _signal(pid: int, signum: int) -> None:
 
 
 def _children(pid: int) -> list[int]:
+    """pglock's children and theirs: the command is its watchdog's child."""
     try:
-        return [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+        direct = [int(c) for c in Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
     except OSError:
         return []
+    below = []
+    for child in direct:
+        with contextlib.suppress(OSError):
+            below += [int(c) for c in
+                      Path(f"/proc/{child}/task/{child}/children").read_text().split()]
+    return direct + below
 
 
 def _is_command(pid: int) -> bool:
     try:
-        return b"command.py" in Path(f"/proc/{pid}/cmdline").read_bytes()
-    except OSError:
+        # The command's own process (python command.py ...), not pglock or its watchdog,
+        # whose command lines name command.py too.
+        return Path(f"/proc/{pid}/cmdline").read_bytes().split(b"\0")[1].endswith(b"command.py")
+    except (OSError, IndexError):
         return False

@@ -11,7 +11,7 @@ import pytest
 from pglock.errors import ExitStatus
 from pglock.lock import clock
 from pglock.run import reentrant
-from pglock.run.child import Child, LateStart
+from pglock.run.child import Child, Deadlines, LateStart
 
 
 def children() -> set[str]:
@@ -24,7 +24,8 @@ def test_a_command_past_its_start_deadline_is_not_forked(tmp_path: Path, late: f
     before = children()
     mark = tmp_path / "ran"
     with pytest.raises(LateStart) as raised:
-        Child.spawn(["touch", str(mark)], dict(os.environ), start_by=clock.now() - late)
+        Child.spawn(["touch", str(mark)], dict(os.environ),
+                    deadlines=Deadlines(clock.now() - late))
     assert str(raised.value).startswith("not started: the lock's deadline to start the "
                                         "command passed ")
     assert raised.value.exit_status == ExitStatus.INTERNAL
