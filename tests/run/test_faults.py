@@ -6,6 +6,7 @@ import contextlib
 import os
 import signal
 import time
+from pathlib import Path
 
 import pytest
 from conftest import Env, one_line
@@ -242,12 +243,20 @@ def test_a_thawed_host_kills_its_command_at_once(env: Env) -> None:
     holder = env.popen("run", "--job", "thawed", "--ttl", "12s", "--",
                        "sh", "-c", f"trap '' TERM; touch {ready}; "
                        f"while :; do date +%s%N >> {ticks}; sleep 0.05; done")
-    children = Path(f"/proc/{holder.pid}/task/{holder.pid}/children")
-    env.wait_for(lambda: ready.exists() and len(children.read_text().split()) >= 2,
-                 what="the command and the watchdog")
-    # pglock and its watchdog share the test's process group: each is stopped by its pid;
-    # the command's own group as a whole (its sleep too).
-    pids = [holder.pid, *map(int, children.read_text().split())]
+    def tree() -> list[int]:
+        """pglock, its watchdog, and the command (the watchdog's child)."""
+        found, level = [holder.pid], [holder.pid]
+        while level:
+            level = [int(child) for pid in level for child in
+                     Path(f"/proc/{pid}/task/{pid}/children").read_text().split()]
+            found += level
+        return found
+
+    env.wait_for(lambda: ready.exists() and len(tree()) >= 3,
+                 what="the watchdog and the command")
+    # pglock shares the test's process group: it is stopped by its pid; the watchdog's
+    # group and the command's own group as a whole (its sleep too).
+    pids = tree()
     targets = [(os.kill, pid) if os.getpgid(pid) == os.getpgrp() else (os.killpg, os.getpgid(pid))
                for pid in pids]
     for send, target in targets:
