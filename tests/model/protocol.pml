@@ -131,6 +131,8 @@ hidden short clk = 0;   /* the server clock, for the trail's timeline only */
     dst.inc = src.inc; dst.left = src.left; dst.stop = src.stop; \
     dst.rel = src.rel
 
+#define DIFFER (S.holder != P.holder || S.inv != P.inv || S.ctr != P.ctr || S.tl != P.tl \
+    || S.inc != P.inc || S.left != P.left || S.stop != P.stop || S.rel != P.rel)
 #define down(x) if :: x > 0 -> x-- :: else -> skip fi
 
 /* A committed write: on the standby too when replication is synchronous. */
@@ -369,7 +371,8 @@ active proctype Clock() {
    ended under a live holder (a terminated backend, a proxy's reset, a SIGKILLed pglock). */
 active proctype Cluster() {
     do
-    :: atomic { async -> copy(S, P) }                      /* the standby catches up */
+    :: atomic { async && DIFFER -> copy(S, P);               /* the standby catches up */
+          printf("MSC: t=%d the standby replays the primary's row\n", clk) }
     :: atomic { !promoted ->
         promoted = true;
         copy(P, S);                                         /* unreplicated writes lost */
