@@ -146,7 +146,7 @@ def test_a_sigkilled_advisory_holder_whose_command_ignores_sigterm(env: Env) -> 
     session lock freed the moment the kernel closes its socket). Its command's tree is
     dead within the bound the holder's local deadline sets: the last check it confirmed
     came before the kill, and the lock was certainly its own until that check plus the
-    horizon, no later."""
+    horizon, no later; and the contender's command starts only after it (no overlap)."""
     old, command = _tree(env)
     new = env.tmp / "new-marks"
     holder = env.popen("run", "--job", "adv", "--mode", "advisory", "--ttl", f"{TTL:g}s",
@@ -179,6 +179,11 @@ def test_a_sigkilled_advisory_holder_whose_command_ignores_sigterm(env: Env) -> 
     assert last_old < bound, (
         f"the old tree marked {(last_old - killed_at) / 1e9:.2f}s after the kill")
     assert _marks(new), "the contender's command never ran"
+    # The lock-delay (docs/advisory.md): the contender takes the row over only once the
+    # old holder's recorded horizon has passed, by when its whole tree is gone.
+    first_new = min(stamp for _, stamp in _marks(new))
+    assert last_old < first_new, (
+        f"the old tree marked {(last_old - first_new) / 1e9:.2f}s after the contender started")
 
 
 # ---------------------------------------------------------------- stops of pglock's group
