@@ -353,7 +353,7 @@ BEGIN
                        OR (s.released_at IS NOT NULL
                            AND (p_rerun OR p_handover_from IS NOT NULL)))
                   -- A seat from before a promotion: as the lock below.
-                  AND (s.holder_id = excluded.holder_id
+                  AND ((s.holder_id = excluded.holder_id AND s.expires_at > clock_timestamp())
                        OR coalesce(s.timeline, 0) >= excluded.timeline
                        OR clock_timestamp() >= v_timeline.first_seen + greatest(s.ttl, p_ttl))
                 RETURNING s.fencing_token INTO token;
@@ -412,8 +412,11 @@ BEGIN
                -- this holder (or an earlier one), or a deliberate rerun.
                OR (l.released_at IS NOT NULL
                    AND (p_rerun OR l.fencing_token >= p_handover_from)))
-          -- Last written under an older timeline: nobody else before the window's end.
-          AND (l.holder_id = excluded.holder_id
+          -- Last written under an older timeline: nobody else before the window's end,
+          -- and its own holder (an acquire sent again after a cut) only while it has not
+          -- expired: an expired row may hide a takeover the old primary lost, whose holder
+          -- still runs (found by the model: docs/model.md, mutant RESEND_ANYTIME).
+          AND ((l.holder_id = excluded.holder_id AND l.expires_at > clock_timestamp())
                OR coalesce(l.timeline, 0) >= excluded.timeline
                OR clock_timestamp() >= v_timeline.first_seen + greatest(l.ttl, p_ttl))
         RETURNING l.fencing_token INTO token;
