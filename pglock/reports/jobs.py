@@ -149,11 +149,11 @@ COLUMNS = (
     "skipped_running_slot", "skipped_running_streak", "catch_up_skipped",
     "catch_up_skipped_slot", "paused_at", "paused_by", "pause_reason",
     "paused_until", "paused_everywhere", "seats_used", "seat_limit", "run_note", "listed")
-# The seats of one semaphore job that are taken now, as Lock fields.
 # When a job asked for by name was forgotten (None: it never ran here).
 FORGOTTEN = """
 SELECT forgotten_at FROM {schema}.jobs WHERE job = %(job)s AND forgotten_at IS NOT NULL
 """
+# The seats of one semaphore job that are taken now, as Lock fields.
 SEATS = """
 SELECT seat, mode, holder, holder_pid, fencing_token, NULL::integer, acquired_at,
        least(expires_at, '9999-01-01'::timestamptz),
@@ -166,33 +166,19 @@ LIST_ALL_UPTO = 50
 
 
 class State(enum.StrEnum):
-    """What a job is doing, worst first (the order `status` lists them in)."""
+    """What a job is doing, worst first (the order `status` lists them in); what each
+    means: STATE_MEANINGS."""
 
-    # A slot of its schedule spent its attempts (--retries) without success: nobody will
-    # run it again unless an operator replays it (or a later slot succeeds).
     DEAD = "dead"
-    # Its last run is still marked running but its lock expired: the holder vanished
-    # or is cut off from the database.
     STALE = "stale"
-    # Its last finished run did not succeed.
     FAILED = "failed"
-    # A slot of its schedule passed more than its grace ago with no run started for it
-    # (also while a run that outlasts its interval holds the lock).
     OVERDUE = "overdue"
-    # `clear` took the lock; it is free for others once the lock-delay has passed.
     CLEARED = "cleared"
-    # Running past its --expect-duration's MAX (its holder noted it): nothing stops it
-    # (--max-runtime does), but someone may want to look.
+    # Known from its holder's note, not judged by the reader's clock.
     SLOW = "slow"
     RUNNING = "running"
-    # An operator paused it (`pglock pause`): every host skips it. A run that was going
-    # when it was paused shows as running until it ends.
     PAUSED = "paused"
-    # Inside one of its maintenance windows (--window): every trigger skips, and its slots
-    # are neither overdue nor missed.
     WINDOW = "window"
-    # The command ended, but --min-hold keeps the lock taken until its expiry, so that a
-    # host whose clock lags cannot rerun the same trigger.
     HELD = "held"
     IDLE = "idle"
 
