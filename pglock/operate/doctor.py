@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import enum
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -466,21 +466,21 @@ def configured_ttls() -> dict[str, tuple[float, float]]:
     from pglock.run import flags, jobsfile
     from pglock.settings.durations import parse_duration
 
-    def duration(value: object, variable: str, default: object) -> float:
-        return parse_duration(str(value if value is not None
-                                  else os.environ.get(variable) or default))
+    def durations(values: Mapping[str, Any]) -> tuple[float, float]:
+        """The ttl and kill-after a job's values give, else as `run` reads them."""
+        ttl, kill_after = (parse_duration(str(
+            values[name] if values.get(name) is not None
+            else os.environ.get(flags.ENVIRONMENT[name]) or flags.DEFAULTS[name]))
+            for name in ("ttl", "kill_after"))
+        return ttl, kill_after
 
-    ttl = duration(None, "PGLOCK_TTL", flags.DEFAULTS["ttl"])
-    kill_after = duration(None, "PGLOCK_KILL_AFTER", flags.DEFAULTS["kill_after"])
-    ttls = {"": (ttl, kill_after)}
+    ttls = {"": durations({})}
     try:
         _, jobs = jobsfile.every_job()
     except PglockError:
         return ttls
     for job in jobs:
-        ttls[job.name] = (duration(job.values.get("ttl"), "PGLOCK_TTL", flags.DEFAULTS["ttl"]),
-                          duration(job.values.get("kill_after"), "PGLOCK_KILL_AFTER",
-                                   flags.DEFAULTS["kill_after"]))
+        ttls[job.name] = durations(job.values)
     return ttls
 
 
