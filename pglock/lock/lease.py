@@ -299,6 +299,7 @@ DATABASE_NOW = "SELECT clock_timestamp()"
 
 
 def database_now(conn: psycopg.Connection[Any]) -> datetime:
+    """The database's clock now."""
     row = conn.execute(DATABASE_NOW).fetchone()
     assert row is not None
     return row[0]  # type: ignore[no-any-return]
