@@ -18,6 +18,11 @@ from pglock.errors import ExitStatus, OutputFailed
 from pglock.settings.durations import parse_duration
 from pglock.settings.text import WINDOW_SEPARATOR
 
+if TYPE_CHECKING:
+    from typing import Any
+
+    import psycopg
+
 
 class _Windows(click.ParamType):
     """--window's text; PGLOCK_WINDOW separates several with ';' (a window itself holds
@@ -30,10 +35,6 @@ class _Windows(click.ParamType):
                 ctx: click_core.Context | None) -> str:
         return str(value).strip()
 
-if TYPE_CHECKING:
-    from typing import Any
-
-    import psycopg
 
 # The variable a shell's completion script sets when it asks pglock for candidates.
 COMPLETE_VAR = "_PGLOCK_COMPLETE"

@@ -1,5 +1,5 @@
-"""The jobs file's commands: `crontab` (its cron lines) and `jobs` (it next to the
-database). Registered on cli.app; docs/jobs-file.md."""
+"""The jobs file's commands: `crontab` (its cron lines), `systemd` (its timer and service units)
+and `jobs` (it next to the database). Registered on cli.app; docs/jobs-file.md."""
 
 from __future__ import annotations
 
@@ -23,9 +23,24 @@ from pglock.errors import UsageError
 from pglock.settings.config import shown
 
 if TYPE_CHECKING:
+    from pathlib import Path
+
     from pglock.cli.render import Screen
     from pglock.reports.configured import Compared
     from pglock.reports.jobs import Job
+    from pglock.run.jobsfile import ConfiguredJob
+
+
+def _jobs_file() -> tuple[Path, list[ConfiguredJob]]:
+    """The jobs file and its jobs, for crontab and systemd; UsageError when it has none."""
+    from pglock.run import jobsfile
+
+    path, jobs = jobsfile.every_job()
+    if path is None or not jobs:
+        where = "no config file found" if path is None else f"config file {shown(str(path))}"
+        raise UsageError(f"no jobs configured ({where}): add [jobs.NAME] tables with a "
+                         "command and a schedule (docs/jobs-file.md)")
+    return path, jobs
 
 
 @app.command()
@@ -52,13 +67,8 @@ def crontab(
     _configure_output(verbose, quiet)
     from pglock.cli import render
     from pglock.operate import crontab as core
-    from pglock.run import jobsfile
 
-    path, jobs = jobsfile.every_job()
-    if path is None or not jobs:
-        where = "no config file found" if path is None else f"config file {shown(str(path))}"
-        raise UsageError(f"no jobs configured ({where}): add [jobs.NAME] tables with a "
-                         "command and a schedule (docs/jobs-file.md)")
+    path, jobs = _jobs_file()
     render.write(core.fragment(path, jobs, core.program(), user, tz_by))
     return 0
 
@@ -96,15 +106,10 @@ def systemd(
     from pglock.cli import render
     from pglock.operate import crontab as cron
     from pglock.operate import systemd as core
-    from pglock.run import jobsfile
 
     if prune and directory is None:
         raise UsageError("--prune: needs --dir (it removes units from that directory)")
-    path, jobs = jobsfile.every_job()
-    if path is None or not jobs:
-        where = "no config file found" if path is None else f"config file {shown(str(path))}"
-        raise UsageError(f"no jobs configured ({where}): add [jobs.NAME] tables with a "
-                         "command and a schedule (docs/jobs-file.md)")
+    path, jobs = _jobs_file()
     units = core.units(path, jobs, cron.program(), datetime.now(UTC), user)
     if directory is None:
         render.write(core.printed(units))

@@ -70,8 +70,13 @@ class Schedule:
         field, but only when neither field starts with `*` (`*/2` too); otherwise it must
         match both (cronie's and Vixie cron's DOM_STAR/DOW_STAR). croniter would OR `*/2`
         with a weekday: days cron never fires."""
-        fields = _EXPANDED.get(self.expr, self.expr).split()
-        return not (fields[2].startswith("*") or fields[4].startswith("*"))
+        return _days_or(self.expr)
+
+
+def _days_or(expr: str) -> bool:
+    """`Schedule.days_or` of an expression."""
+    fields = _EXPANDED.get(expr, expr).split()
+    return not (fields[2].startswith("*") or fields[4].startswith("*"))
 
 
 @dataclass(frozen=True)
@@ -393,8 +398,7 @@ def _croniter_text(expr: str) -> str:
     for values, (name, low, high, _) in zip(_values(expr), _FIELDS, strict=True):
         whole = values == frozenset(range(low, (6 if name == "day-of-week" else high) + 1))
         parts.append("*" if whole else ",".join(map(str, sorted(values))))
-    fields = _EXPANDED.get(expr, expr).split()
-    if not (fields[2].startswith("*") or fields[4].startswith("*")) and "*" in parts[2::2]:
+    if _days_or(expr) and "*" in parts[2::2]:
         # Cron ORs the two day fields here, and one of them is every day.
         parts[2] = parts[4] = "*"
     return " ".join(parts)
