@@ -250,9 +250,7 @@ class Slot:
                     log.debug("job %r: the connection was cut during the acquire (%s): "
                               "trying again on a new one", self.claim.job,
                               database.first_line(error))
-                    self.session.close()
-                    self.gate.pause(random.uniform(0.1, 0.5))
-                    conn = self.session.get()
+                    conn = self._reconnect()
                     continue
                 if outcome is lease.Attempt.WON:
                     self.notifier.acquired(self.claim.fencing_token, self.claim.slot)
@@ -517,15 +515,20 @@ class Slot:
         with contextlib.suppress(psycopg.Error):
             lease.release(conn, self.claim)
 
+    def _reconnect(self) -> psycopg.Connection[object]:
+        """A new connection after a cut, opened after a short pause (a stop signal cuts
+        it short) so that the hosts a failover cut off do not all come back at once."""
+        self.session.close()
+        self.gate.pause(random.uniform(0.1, 0.5))
+        return self.session.get()
+
     def _reconnected(self, cut_until: float) -> psycopg.Connection[object]:
         """A new connection for a statement sent again after a cut. In advisory mode the
         session lock went with the old session: it is taken back first (and the row
         renewed, so the lock is confirmed from then on: `sent`), waiting while a
         contender's session holds it for the moment; a row no longer ours is a lost lock."""
         while True:
-            self.session.close()
-            self.gate.pause(random.uniform(0.1, 0.5))
-            conn = self.session.get()
+            conn = self._reconnect()
             if self.claim.mode != "advisory":
                 return conn
             from pglock.lock import advisory
@@ -749,10 +752,11 @@ class Slot:
 
 
 def _cut(conn: psycopg.Connection[object], error: psycopg.OperationalError) -> bool:
-    """Whether the acquire failed because its connection broke under it (not because it
-    timed out, was not confirmed, or was stopped: pglock/db/bounded.py). Sent again, it is
-    safe whether or not the first one committed: the row is then ours (the same holder
-    id), and its run, never started, is marked abandoned by the new start record."""
+    """Whether the acquire (or a start record) failed because its connection broke under it
+    (not because it timed out, was not confirmed, or was stopped: pglock/db/bounded.py).
+    Sent again, the acquire is safe whether or not the first one committed: the row is then
+    ours (the same holder id), and its run, never started, is marked abandoned by the new
+    start record (a start record: _record_start)."""
     from pglock.db import bounded
 
     if isinstance(error, (bounded.StatementTimeout, bounded.NotConfirmed, bounded.Stopped)):

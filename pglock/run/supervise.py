@@ -1,13 +1,13 @@
 """Supervising the command: signals in, deadlines watched, the outcome decided.
 
-The main thread waits here on the command's exit (a pidfd), a wake-up pipe (signals and
-the heartbeat thread write to it) and a timeout computed from the nearest deadline: the
-lock's local deadline, --max-runtime, or the SIGKILL that follows a SIGTERM. Nothing in
-this loop waits on the database.
+The main thread waits here on the command's exit (the watchdog's report of it), a wake-up
+pipe (signals and the heartbeat thread write to it) and a timeout computed from the nearest
+deadline: the lock's local deadline, --max-runtime, or the SIGKILL that follows a SIGTERM.
+Nothing in this loop waits on the database.
 
 When the command exits, the job is not done while processes it left behind run (a daemon
 it started): the loop goes on, polling for them, with the same deadlines; stopping the
-command stops them too (runner.Child.signal_family).
+command stops them too (child.Child.signal_family).
 """
 
 from __future__ import annotations

@@ -79,13 +79,13 @@ def children(pid: int) -> list[int]:
     return found
 
 
-def descendants(root: int, spared: frozenset[int] | set[int] = frozenset()) -> list[int]:
-    """Every process below `root`, parents before children, leaving out `spared` subtrees."""
+def descendants(root: int) -> list[int]:
+    """Every process below `root`, parents before children."""
     found: list[int] = []
     pending = [root]
     while pending:
         for child in children(pending.pop()):
-            if child not in spared and child not in found:
+            if child not in found:
                 found.append(child)
                 pending.append(child)
     return found

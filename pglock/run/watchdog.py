@@ -127,10 +127,8 @@ class Watchdog:
         SIGKILL (the command was asked to die with it)."""
         while self.ended is None and not self.gone:
             report = self._report(block=block)
-            if report is None:
-                if not block or self.gone:
-                    break
-                continue
+            if report is None:  # none yet; blocking, only a gone watchdog gives none
+                break
             if report[0] == b"X":
                 self.ended = report[1]
         if self.ended is None and self.gone:
