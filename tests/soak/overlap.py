@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .history import FAILOVERS, NS, Fault, JobSpec, Mark, Run, Write
+from .history import FAILOVERS, NS, Fault, JobSpec, Mark, Write
 
 
 @dataclass(frozen=True)
@@ -81,12 +81,9 @@ def intervals(marks: Iterable[Mark]) -> list[Interval]:
     return sorted(found, key=lambda i: i.enter)
 
 
-def overlaps(found: list[Interval], jobs: dict[str, JobSpec], faults: list[Fault],
-             runs: Iterable[Run] = ()) -> list[Overlap]:
-    """Every pair of commands that broke a job's limit, with its verdict. (`runs` are no
-    longer read: only the advisory window, excused until issue 33, needed when each lock
-    was taken.)"""
-    del runs
+def overlaps(found: list[Interval], jobs: dict[str, JobSpec],
+             faults: list[Fault]) -> list[Overlap]:
+    """Every pair of commands that broke a job's limit, with its verdict."""
     by_job: dict[str, list[Interval]] = defaultdict(list)
     for interval in found:
         by_job[interval.job].append(interval)
