@@ -29,6 +29,7 @@ import time
 from pathlib import Path
 
 import psycopg
+import replication
 
 from pglock.db.embedded import SERVER_USER, EmbeddedServer
 
@@ -42,8 +43,7 @@ class Node:
         self.name = name
         self.port = port
         self.embedded = EmbeddedServer(directory, settings={
-            "listen_addresses": ",".join(addresses), "port": str(port), "fsync": "off",
-            "max_connections": "300", "log_min_messages": "warning", "hot_standby": "on",
+            **server.settings(addresses), "port": str(port), "hot_standby": "on",
             "wal_level": "replica", "max_wal_senders": "5"})
 
     @property
@@ -53,9 +53,6 @@ class Node:
     @property
     def local(self) -> str:
         return self.embedded.conninfo
-
-    def socket_dir(self) -> str:
-        return self.local.split("host=")[1].split()[0]
 
     def crash(self) -> None:
         """SIGKILL the postmaster and every process under it, all at once (a machine
@@ -176,7 +173,8 @@ class Cluster:
             account = pwd.getpwnam(SERVER_USER)
             os.chown(directory, account.pw_uid, account.pw_gid)
         server.pg("pg_basebackup", "-D", str(target.pgdata), "-R", "-c", "fast", "-X", "stream",
-            "-h", self.current.socket_dir(), "-p", str(self.current.port), "-U", "postgres")
+                  "-h", replication.socket_dir(self.current.local), "-p", str(self.current.port),
+                  "-U", "postgres")
         for lock in target.pgdata.glob(".s.PGSQL.*"):
             lock.unlink(missing_ok=True)
         # The primary's synchronous_standby_names came with the backup: a standby promoted

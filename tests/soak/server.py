@@ -3,14 +3,13 @@ guarded resource, and the server's faults (restarts, terminated backends)."""
 
 from __future__ import annotations
 
-import os
 import random
-import subprocess
 from pathlib import Path
 
 import psycopg
+import replication
 
-from pglock.db.embedded import SERVER_USER, EmbeddedServer, _install_dir
+from pglock.db.embedded import EmbeddedServer
 
 # The resource pglock's holders write to: it refuses a token lower than the highest it
 # has seen for the job and seat (Kleppmann's fencing check), and logs every write, taken
@@ -41,11 +40,15 @@ END $$;
 """
 
 
+def settings(addresses: list[str]) -> dict[str, str]:
+    """The soak's server, listening on the hosts' links (a cluster's nodes add theirs)."""
+    return {"listen_addresses": ",".join(addresses), "fsync": "off",
+            "max_connections": "300", "log_min_messages": "warning"}
+
+
 class Server:
     def __init__(self, directory: Path, addresses: list[str], net: str) -> None:
-        self.embedded = EmbeddedServer(directory, settings={
-            "listen_addresses": ",".join(addresses), "fsync": "off",
-            "max_connections": "300", "log_min_messages": "warning"})
+        self.embedded = EmbeddedServer(directory, settings=settings(addresses))
         self.net = net
         self.local = ""
 
@@ -103,12 +106,6 @@ def fetch(local: str, query: str) -> list[tuple[object, ...]]:
 
 
 def pg(program: str, *args: str, check: bool = True) -> None:
-    """One of the server's programs, as the user the server runs as (root runs it as
-    pglock's), with no PG* variable of ours to lead it elsewhere."""
-    user = SERVER_USER if os.geteuid() == 0 else None
-    ids = {"user": user, "group": user, "extra_groups": []} if user else {}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    done = subprocess.run([str(_install_dir() / "bin" / program), *args],  # type: ignore[call-overload]
-                          capture_output=True, text=True, timeout=600, env=env, **ids)
-    if check and done.returncode != 0:
-        raise RuntimeError(f"{program}: {done.stderr.strip()}")
+    """replication.pg with the time a loaded machine may take (a base backup, a promotion
+    waited for up to 300 s)."""
+    replication.pg(program, *args, check=check, timeout=600)
