@@ -91,16 +91,20 @@ def row_of(screen: str, first: str) -> list[str]:
 
 
 def on_terminal(env: Env, *args: str, answer: str | None = None, until: str | None = None,
-                extra_env: dict[str, str] | None = None, timeout: float = 20) -> tuple[int, str]:
-    """Run pglock on a pseudo-terminal 200 columns wide; (exit status, everything it drew).
+                extra_env: dict[str, str] | None = None, timeout: float = 20,
+                columns: int = 200) -> tuple[int, str]:
+    """Run pglock on a pseudo-terminal `columns` wide; (exit status, everything it drew).
 
     With `answer`, type it once a question shows; with `until`, press Ctrl-C once that
     text has been drawn twice (a redraw happened).
     """
     primary, secondary = pty.openpty()
-    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 50, 200, 0, 0))
+    fcntl.ioctl(secondary, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
+    # The terminal's own size and colours, not the ones of the shell that runs the tests.
+    environment = {key: value for key, value in env.env.items()
+                   if key not in ("COLUMNS", "LINES", "NO_COLOR")}
     process = subprocess.Popen([PGLOCK, *args], stdin=secondary, stdout=secondary,
-                               stderr=secondary, env={**env.env, **(extra_env or {})},
+                               stderr=secondary, env={**environment, **(extra_env or {})},
                                start_new_session=True)
     os.close(secondary)
     drawn, deadline = b"", time.monotonic() + timeout

@@ -1,6 +1,7 @@
 """A real primary and a streaming standby (pg_basebackup -R), for failover and doctor tests.
 
-Also used by scripts/measure_faults.py, so it imports nothing from the test fixtures.
+Also used by scripts/measure_faults.py and the soak's cluster (tests/soak), so it imports
+nothing from the test fixtures.
 """
 
 from __future__ import annotations
@@ -16,8 +17,21 @@ import psycopg
 from pglock.db.embedded import SERVER_USER, EmbeddedServer, _install_dir
 
 
-def _socket_dir(conninfo: str) -> str:
+def socket_dir(conninfo: str) -> str:
     return conninfo.split("host=")[1].split()[0]
+
+
+def pg(program: str, *args: str, check: bool = True, timeout: float = 120) -> None:
+    """One of the server's programs, as the server's account when the tests run as root,
+    with no PG* variable of ours to lead it elsewhere."""
+    user = SERVER_USER if os.geteuid() == 0 else None
+    # The group too: root's group would meet the tmp directories' empty group bits.
+    ids = {"user": user, "group": user, "extra_groups": []} if user else {}
+    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    done = subprocess.run([str(_install_dir() / "bin" / program), *args],  # type: ignore[call-overload]
+                          capture_output=True, text=True, timeout=timeout, env=env, **ids)
+    if check and done.returncode != 0:
+        raise RuntimeError(f"{program}: {done.stderr.strip()}")
 
 
 class Pair:
@@ -36,13 +50,13 @@ class Pair:
         if os.geteuid() == 0:
             account = pwd.getpwnam(SERVER_USER)
             os.chown(self.standby_dir, account.pw_uid, account.pw_gid)
-        self._pg("pg_basebackup", "-D", str(self.standby_dir), "-R", "-h", self.primary_host,
-                 "-U", "postgres", "-X", "stream")
+        pg("pg_basebackup", "-D", str(self.standby_dir), "-R", "-h", self.primary_host,
+           "-U", "postgres", "-X", "stream")
         # The primary's socket lives in its pgdata, so the backup carries its socket lock file.
         (self.standby_dir / ".s.PGSQL.5432.lock").unlink(missing_ok=True)
         options = f"-c listen_addresses='' -k {self.standby_dir} -c hot_standby=on"
-        self._pg("pg_ctl", "-D", str(self.standby_dir), "-l", str(self.standby_dir / "log"),
-                 "-o", options, "-w", "start")
+        pg("pg_ctl", "-D", str(self.standby_dir), "-l", str(self.standby_dir / "log"),
+           "-o", options, "-w", "start")
         if self.synchronous:
             with psycopg.connect(self.primary_dsn, autocommit=True) as conn:
                 conn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
@@ -52,7 +66,7 @@ class Pair:
 
     @property
     def primary_host(self) -> str:
-        return _socket_dir(self.primary_dsn)
+        return socket_dir(self.primary_dsn)
 
     @property
     def standby_dsn(self) -> str:
@@ -105,22 +119,11 @@ class Pair:
 
     def kill_primary(self) -> None:
         """The primary dies: no shutdown checkpoint, clients' connections just break."""
-        self._pg("pg_ctl", "-D", str(self.primary.pgdata), "-m", "immediate", "-w", "stop")
+        pg("pg_ctl", "-D", str(self.primary.pgdata), "-m", "immediate", "-w", "stop")
 
     def promote(self) -> None:
-        self._pg("pg_ctl", "-D", str(self.standby_dir), "-w", "promote")
+        pg("pg_ctl", "-D", str(self.standby_dir), "-w", "promote")
 
     def close(self) -> None:
-        self._pg("pg_ctl", "-D", str(self.standby_dir), "-m", "immediate", "-w", "stop",
-                 check=False)
+        pg("pg_ctl", "-D", str(self.standby_dir), "-m", "immediate", "-w", "stop", check=False)
         self.primary.leave()
-
-    def _pg(self, program: str, *args: str, check: bool = True) -> None:
-        user = SERVER_USER if os.geteuid() == 0 else None
-        # The group too: root's group would meet the tmp directories' empty group bits.
-        ids = {"user": user, "group": user, "extra_groups": []} if user else {}
-        env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-        done = subprocess.run([str(_install_dir() / "bin" / program), *args],
-                              capture_output=True, text=True, timeout=120, env=env, **ids)
-        if check:
-            assert done.returncode == 0, done.stderr

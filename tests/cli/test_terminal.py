@@ -4,20 +4,12 @@ terminal, so pipes alone never exercise it."""
 
 from __future__ import annotations
 
-import errno
-import fcntl
-import os
 import re
-import select
-import signal
-import struct
-import subprocess
-import termios
-import time
 from dataclasses import dataclass
 
 import pytest
-from conftest import PGLOCK, Env
+from conftest import Env
+from operating import on_terminal
 from rich.cells import cell_len
 
 WIDTHS = (60, 80, 160, 200)
@@ -30,12 +22,12 @@ CONTROL = re.compile(r"\x1b\[[0-?]*[ -/]*[@-~]|\x1b\][^\x07\x1b]*(?:\x07|\x1b\\)
 @dataclass
 class Shown:
     returncode: int
-    raw: bytes
+    drawn: str
 
     @property
     def text(self) -> str:
         """What the terminal showed, without escape sequences or carriage returns."""
-        return _visible(self.raw)
+        return CONTROL.sub("", self.drawn).replace("\r", "")
 
     def first_frame(self, heading: str) -> str:
         """The text of the first screen of a Live display (its redraws start again with
@@ -45,52 +37,10 @@ class Shown:
         return text if second < 0 else text[:second]
 
 
-def on_terminal(env: Env, columns: int, *args: str, interrupt_on: str | None = None,
-                timeout: float = 60) -> Shown:
-    """Run pglock with standard output (and error) on a pseudo-terminal `columns` wide.
-
-    With `interrupt_on`, send SIGINT (a person's Ctrl-C) once that text has been shown."""
-    master, slave = os.openpty()
-    fcntl.ioctl(slave, termios.TIOCSWINSZ, struct.pack("HHHH", 50, columns, 0, 0))
-    environment = {key: value for key, value in env.env.items()
-                   if key not in ("COLUMNS", "LINES", "NO_COLOR")}
-    environment["TERM"] = "xterm-256color"
-    process = subprocess.Popen([PGLOCK, *args], stdin=slave, stdout=slave, stderr=slave,
-                               env=environment, start_new_session=True)
-    os.close(slave)
-    raw = b""
-    interrupted = False
-    deadline = time.monotonic() + timeout
-    try:
-        while time.monotonic() < deadline:
-            ready, _, _ = select.select([master], [], [], 0.2)
-            if ready:
-                try:
-                    chunk = os.read(master, 65536)
-                except OSError as error:  # EIO: every writer of the terminal has gone
-                    if error.errno != errno.EIO:
-                        raise
-                    break
-                if not chunk:
-                    break
-                raw += chunk
-            if (interrupt_on is not None and not interrupted
-                    and interrupt_on in _visible(raw)):
-                process.send_signal(signal.SIGINT)
-                interrupted = True
-        else:
-            raise AssertionError(f"pglock {' '.join(args)} did not end: {_visible(raw)!r}")
-        returncode = process.wait(timeout=30)
-    finally:
-        if process.poll() is None:
-            process.kill()
-            process.wait()
-        os.close(master)
-    return Shown(returncode, raw)
-
-
-def _visible(raw: bytes) -> str:
-    return CONTROL.sub("", raw.decode("utf-8", "replace")).replace("\r", "")
+def shown(env: Env, columns: int, *args: str, until: str | None = None) -> Shown:
+    """pglock on a pseudo-terminal `columns` wide, as a person's terminal (TERM) draws it."""
+    return Shown(*on_terminal(env, *args, until=until, columns=columns, timeout=60,
+                              extra_env={"TERM": "xterm-256color"}))
 
 
 SCREENS = [
@@ -130,8 +80,7 @@ def test_every_screen_fits_a_real_terminal(env: Env, columns: int) -> None:
     problems = []
     for param in SCREENS:
         args, expected = param.values
-        shown = on_terminal(env, columns, *args)
-        problems.extend(_judged(param.id, shown, expected, columns,
+        problems.extend(_judged(param.id, shown(env, columns, *args), expected, columns,
                                 codes=CODES.get(args[0], (0,))))
     assert not problems, "\n".join(problems)
 
@@ -142,20 +91,20 @@ def test_the_watch_screen_fits_a_real_terminal(env: Env, columns: int) -> None:
     _jobs(env)
     for args in (("status", "--watch", "--interval", "1s"),
                  ("status", "--watch", "--interval", "1s", "--job", "ok-job")):
-        shown = on_terminal(env, columns, *args, interrupt_on="ok-job")
-        problems = _judged(" ".join(args), shown, "ok-job", columns, codes=(0,),
-                           text=shown.first_frame("pglock status:"))
+        watched = shown(env, columns, *args, until="ok-job")
+        problems = _judged(" ".join(args), watched, "ok-job", columns, codes=(0,),
+                           text=watched.first_frame("pglock status:"))
         assert not problems, "\n".join(problems)
 
 
-def _judged(what: str, shown: Shown, expected: str, columns: int,
+def _judged(what: str, screen: Shown, expected: str, columns: int,
             codes: tuple[int, ...], text: str | None = None) -> list[str]:
     problems = []
-    text = shown.text if text is None else text
-    if shown.returncode not in codes:
-        problems.append(f"{what} at {columns}: exit {shown.returncode}")
-    if "internal error" in shown.text or "Traceback" in shown.text:
-        problems.append(f"{what} at {columns}: an error: {shown.text!r}")
+    text = screen.text if text is None else text
+    if screen.returncode not in codes:
+        problems.append(f"{what} at {columns}: exit {screen.returncode}")
+    if "internal error" in screen.text or "Traceback" in screen.text:
+        problems.append(f"{what} at {columns}: an error: {screen.text!r}")
     if expected not in text:
         problems.append(f"{what} at {columns}: {expected!r} not shown: {text!r}")
     # check's first line is a monitoring plugin's answer, one line by its protocol: the

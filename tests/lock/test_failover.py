@@ -25,14 +25,19 @@ from pglock.db.keys import advisory_key
 pytestmark = pytest.mark.slow
 
 
-@pytest.fixture
-def pair(env: Env, tmp_path: Path) -> Iterator[Pair]:
-    """A synchronous pair; `env` runs pglock against both nodes, and queries the primary."""
-    nodes = Pair(tmp_path / "ha", synchronous=True).start()
+def started(env: Env, tmp_path: Path, synchronous: bool) -> Iterator[Pair]:
+    """A pair; `env` runs pglock against both nodes, and queries the primary."""
+    nodes = Pair(tmp_path / "ha", synchronous=synchronous).start()
     env.dsn = nodes.primary_dsn
     env.env["PGLOCK_DSN"] = nodes.both_dsn
     yield nodes
     nodes.close()
+
+
+@pytest.fixture
+def pair(env: Env, tmp_path: Path) -> Iterator[Pair]:
+    """A synchronous pair (started())."""
+    yield from started(env, tmp_path, synchronous=True)
 
 
 def lock_row(env: Env, job: str) -> tuple[Any, ...]:
@@ -248,12 +253,8 @@ STOPPED_BY_PGLOCK = ('echo "enter $PGLOCK_FENCING_TOKEN $(date +%s%N)" >> {marks
 
 @pytest.fixture
 def async_pair(env: Env, tmp_path: Path) -> Iterator[Pair]:
-    """An asynchronous pair; `env` runs pglock against both nodes, and queries the primary."""
-    nodes = Pair(tmp_path / "ha", synchronous=False).start()
-    env.dsn = nodes.primary_dsn
-    env.env["PGLOCK_DSN"] = nodes.both_dsn
-    yield nodes
-    nodes.close()
+    """An asynchronous pair (started())."""
+    yield from started(env, tmp_path, synchronous=False)
 
 
 @pytest.mark.parametrize("mode", ["lease", "advisory"])

@@ -7,10 +7,6 @@ do: only the SIGKILL at its local deadline ends it.
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import struct
-import threading
 from pathlib import Path
 
 import psycopg
@@ -18,6 +14,7 @@ import pytest
 from conftest import Env
 from marks import marking_command
 from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from relay import Relay
 
 pytestmark = pytest.mark.slow
 
@@ -26,55 +23,6 @@ pytestmark = pytest.mark.slow
 TICKING = ('trap "" TERM; end=$(( $(date +%s) + {seconds} )); '
            'while [ "$(date +%s)" -lt "$end" ]; do '
            'echo "tick $PGLOCK_FENCING_TOKEN $(date +%s%N)" >> {marks}; sleep 0.1; done')
-
-
-class Relay:
-    """A TCP relay to the server's Unix socket that can be cut: every connection through
-    it aborted on both sides at once (an RST to the client, the server's end closed), and
-    no new one accepted, as a restarting HAProxy or pooler sidecar does."""
-
-    def __init__(self, target: str) -> None:
-        self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0))
-        self.port = self.listener.getsockname()[1]
-        self.pairs: list[tuple[socket.socket, socket.socket]] = []
-        self._lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            server = socket.socket(socket.AF_UNIX)
-            server.connect(self.target)
-            with self._lock:
-                self.pairs.append((client, server))
-            for a, b in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(a, b), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                sink.sendall(data)
-            # An end on one side is passed on, as a proxy does (a dead client's backend ends).
-            sink.shutdown(socket.SHUT_WR)
-
-    def cut(self) -> None:
-        # shutdown, not close alone, ends the accept() blocked on it.
-        with contextlib.suppress(OSError):
-            self.listener.shutdown(socket.SHUT_RDWR)
-        self.listener.close()
-        with self._lock:
-            for client, server in self.pairs:
-                # SO_LINGER 0: close sends an RST, not a FIN.
-                client.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
-                for end in (client, server):
-                    with contextlib.suppress(OSError):
-                        end.shutdown(socket.SHUT_RDWR)
-                    end.close()
 
 
 def spans(marks: Path) -> dict[int, tuple[int, int]]:
@@ -106,7 +54,8 @@ def test_a_contender_waiting_takes_over_only_once_the_holder_has_stopped(
                           "--min-hold", "0s", "--wait", "60s", "--",
                           *marking_command(marks, 0.2))
     if fault == "reset by a relay":
-        relay.cut()
+        # Every connection reset, no new one accepted: a restarting HAProxy or sidecar.
+        relay.close(reset=True)
         # Nothing of the holder's reaches the server now: its row's stops_by is final.
         [(stops_by,)] = env.query("SELECT stops_by FROM {schema}.locks WHERE job = 'cut'")
     elif fault == "terminated backend":

@@ -6,14 +6,12 @@ when the heartbeat's reconnects backed off up to 2 s)."""
 
 from __future__ import annotations
 
-import contextlib
-import socket
-import threading
 import time
 
 import pytest
 from conftest import Env
 from psycopg import conninfo as libpq_conninfo
+from relay import Relay
 
 from pglock.lock import heartbeat
 
@@ -25,70 +23,12 @@ TTL = 10.0
 OUTAGE = heartbeat.rides_out(TTL, 10.0) - 0.6
 
 
-class Outage:
-    """A TCP front for the test server's Unix socket that can refuse every connection at
-    once, as a server that restarts does (its open connections closed, new ones refused)."""
-
-    def __init__(self, socket_path: str) -> None:
-        self.socket_path = socket_path
-        self.listener = socket.socket()
-        self.listener.bind(("127.0.0.1", 0))
-        self.listener.listen(64)
-        self.port = self.listener.getsockname()[1]
-        self.down = threading.Event()
-        self.open: list[socket.socket] = []
-        self.lock = threading.Lock()
-        threading.Thread(target=self._accept, daemon=True).start()
-
-    def _accept(self) -> None:
-        while True:
-            try:
-                client, _ = self.listener.accept()
-            except OSError:
-                return
-            if self.down.is_set():
-                client.close()
-                continue
-            server = socket.socket(socket.AF_UNIX)
-            server.connect(self.socket_path)
-            with self.lock:
-                self.open += [client, server]
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
-
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
-        with contextlib.suppress(OSError):
-            while data := source.recv(65536):
-                sink.sendall(data)
-        _close(source, sink)
-
-    def cut(self) -> None:
-        self.down.set()
-        with self.lock:
-            ends, self.open = self.open, []
-        _close(*ends)
-
-    def restore(self) -> None:
-        self.down.clear()
-
-    def close(self) -> None:
-        self.cut()
-        self.listener.close()
-
-
-def _close(*ends: socket.socket) -> None:
-    for end in ends:
-        with contextlib.suppress(OSError):
-            end.shutdown(socket.SHUT_RDWR)
-        end.close()
-
-
 def test_an_outage_just_shorter_than_the_table_says_is_ridden_out(env: Env) -> None:
     fields = libpq_conninfo.conninfo_to_dict(env.dsn)
     if not str(fields.get("host", "")).startswith("/"):
         pytest.skip("needs the embedded test server's Unix socket")
-    outage = Outage(f"{fields['host']}/.s.PGSQL.{fields.get('port', 5432)}")
+    # A server that restarts: its open connections closed, new ones refused.
+    outage = Relay(f"{fields['host']}/.s.PGSQL.{fields.get('port', 5432)}")
     marks = env.tmp / "term"
     assert env.run("init", "-q").returncode == 0
     try:

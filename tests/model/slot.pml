@@ -20,7 +20,7 @@
  *
  * Mutants:
  *   NO_RESEND    a further attempt's start record not sent again after a cut (main
- *                today: soak defect 3, docs/soak.md; issue 34 fixes it)
+ *                before issue 34's fix: soak defect 3, docs/soak.md)
  *   SHORT_HOLD   (LITERAL) the hold shortened below the cron skew the docs allow
  */
 

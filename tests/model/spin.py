@@ -58,7 +58,7 @@ MUTANTS = [
          ("-DADVISORY", "-DRUNS=1", "-DEARLY_TAKEOVER"), True, bfs=True),
     Case("the hold shortened below the cron skew", "slot.pml", ("-DLITERAL", "-DSHORT_HOLD"),
          True),
-    Case("a further attempt's start record not sent again (main today)", "slot.pml",
+    Case("a further attempt's start record not sent again", "slot.pml",
          ("-DNO_RESEND",), True),
 ]
 

@@ -25,15 +25,15 @@ import pwd
 import random
 import shutil
 import signal
-import subprocess
 import time
 from pathlib import Path
 
 import psycopg
+import replication
 
-from pglock.db.embedded import SERVER_USER, EmbeddedServer, _install_dir
+from pglock.db.embedded import SERVER_USER, EmbeddedServer
 
-from .server import GUARD_SQL
+from . import server
 
 PORTS = (5432, 5433)
 
@@ -43,8 +43,7 @@ class Node:
         self.name = name
         self.port = port
         self.embedded = EmbeddedServer(directory, settings={
-            "listen_addresses": ",".join(addresses), "port": str(port), "fsync": "off",
-            "max_connections": "300", "log_min_messages": "warning", "hot_standby": "on",
+            **server.settings(addresses), "port": str(port), "hot_standby": "on",
             "wal_level": "replica", "max_wal_senders": "5"})
 
     @property
@@ -54,9 +53,6 @@ class Node:
     @property
     def local(self) -> str:
         return self.embedded.conninfo
-
-    def socket_dir(self) -> str:
-        return self.local.split("host=")[1].split()[0]
 
     def crash(self) -> None:
         """SIGKILL the postmaster and every process under it, all at once (a machine
@@ -104,11 +100,7 @@ class Cluster:
         """Start the primary, let the hosts in, create the guarded resource, build the
         standby; the primary's local DSN."""
         self.local = self.current.embedded.join()
-        with (self.current.pgdata / "pg_hba.conf").open("a") as hba:
-            hba.write(f"host all all {self.net}.0.0/16 trust\n")
-        with psycopg.connect(self.local, autocommit=True) as conn:
-            conn.execute("SELECT pg_reload_conf()")
-            conn.execute(GUARD_SQL)
+        server.let_in(self.local, self.current.pgdata, self.net)
         self.rebuild()
         return self.local
 
@@ -123,26 +115,16 @@ class Cluster:
     # The faults of a single server, on the primary.
 
     def stop(self, mode: str) -> None:
-        _pg("pg_ctl", "-D", str(self.current.pgdata), "-m", mode, "-w", "stop", check=False)
+        server.pg("pg_ctl", "-D", str(self.current.pgdata), "-m", mode, "-w", "stop", check=False)
 
     def restart(self) -> None:
         self.current.embedded.start()
 
     def terminate(self, rng: random.Random) -> tuple[str, str] | None:
-        with psycopg.connect(self.local, autocommit=True, connect_timeout=5) as conn:
-            rows = conn.execute(
-                "SELECT pid, host(client_addr), application_name FROM pg_stat_activity "
-                "WHERE application_name LIKE 'pglock run %' AND client_addr IS NOT NULL "
-                "ORDER BY pid").fetchall()
-            if not rows:
-                return None
-            pid, address, name = rng.choice(rows)
-            conn.execute("SELECT pg_terminate_backend(%s)", (pid,))
-        return address, name.split()[2] if len(name.split()) > 2 else ""
+        return server.terminate(self.local, rng)
 
     def fetch(self, query: str) -> list[tuple[object, ...]]:
-        with psycopg.connect(self.local, autocommit=True) as conn:
-            return conn.execute(query).fetchall()
+        return server.fetch(self.local, query)
 
     # Failovers. Each returns once the new primary takes writes; rebuild() follows.
 
@@ -171,7 +153,7 @@ class Cluster:
 
     def _promote(self) -> str:
         old = self.current
-        _pg("pg_ctl", "-D", str(self.standby.pgdata), "-w", "-t", "300", "promote")
+        server.pg("pg_ctl", "-D", str(self.standby.pgdata), "-w", "-t", "300", "promote")
         self.primary = 1 - self.primary
         self.local = self.current.local
         return f"{old.name}->{self.current.name}"
@@ -190,8 +172,9 @@ class Cluster:
         if os.geteuid() == 0:
             account = pwd.getpwnam(SERVER_USER)
             os.chown(directory, account.pw_uid, account.pw_gid)
-        _pg("pg_basebackup", "-D", str(target.pgdata), "-R", "-c", "fast", "-X", "stream",
-            "-h", self.current.socket_dir(), "-p", str(self.current.port), "-U", "postgres")
+        server.pg("pg_basebackup", "-D", str(target.pgdata), "-R", "-c", "fast", "-X", "stream",
+                  "-h", replication.socket_dir(self.current.local), "-p", str(self.current.port),
+                  "-U", "postgres")
         for lock in target.pgdata.glob(".s.PGSQL.*"):
             lock.unlink(missing_ok=True)
         # The primary's synchronous_standby_names came with the backup: a standby promoted
@@ -221,16 +204,6 @@ class Cluster:
         except psycopg.Error:
             return None
         return None if row is None else str(row[0])
-
-
-def _pg(program: str, *args: str, check: bool = True) -> None:
-    user = SERVER_USER if os.geteuid() == 0 else None
-    ids = {"user": user, "group": user, "extra_groups": []} if user else {}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
-    done = subprocess.run([str(_install_dir() / "bin" / program), *args],  # type: ignore[call-overload]
-                          capture_output=True, text=True, timeout=600, env=env, **ids)
-    if check and done.returncode != 0:
-        raise RuntimeError(f"{program}: {done.stderr.strip()}")
 
 
 def _signal(pid: int, signum: int) -> None:

@@ -44,7 +44,7 @@ class Report:
 def build(history: History) -> Report:
     report = Report()
     found = overlap.intervals(history.marks)
-    pairs = overlap.overlaps(found, history.jobs, history.faults, history.runs)
+    pairs = overlap.overlaps(found, history.jobs, history.faults)
     for pair in pairs:
         line = _describe(pair)
         (report.defects if pair.verdict == "defect" else report.excused).append(line)
@@ -73,7 +73,6 @@ def build(history: History) -> Report:
         "commands": len(found),
         "overlaps": verdict_counts["defect"],
         "overlaps_frozen_host": verdict_counts["frozen-host"],
-        "overlaps_advisory_window": verdict_counts["advisory-window"],
         "repeated_tokens": len(repeats),
         "replication": history.replication,
         "failovers": sum(f.kind in FAILOVERS for f in history.faults),
@@ -207,8 +206,7 @@ def text(report: Report, header: list[str]) -> str:
     lines.append(f"overlaps (held by two): {f['overlaps']}; repeated fencing tokens: "
                  f"{f.get('repeated_tokens', 0)}")
     lines.append(f"overlaps outside the promise: host frozen past its lease "
-                 f"{f['overlaps_frozen_host']}, advisory reconnect window "
-                 f"{f['overlaps_advisory_window']}")
+                 f"{f['overlaps_frozen_host']}")
     lines.append(f"slots checked: {f['slots_checked']} (ran {f['slots_ran']}, dead "
                  f"{f['slots_dead']}); duplicate slots: {f['duplicate_slots']}; "
                  f"unexplained misses: {f['unexplained_misses']}; explained misses: "

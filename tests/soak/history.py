@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
@@ -80,6 +81,15 @@ class Mark:
         at, kind, job, seat, token, host, pid, slot, attempt = line.split()
         return cls(int(at), kind, job, int(seat), int(token), host, int(pid),
                    "" if slot == "-" else slot, int(attempt))
+
+
+def processes(marks: Iterable[Mark]) -> list[list[Mark]]:
+    """The marks of each command process, in time order."""
+    # By every field a command writes, not its pid alone: pids wrap in a long soak.
+    by_process: dict[tuple[str, int, int, str, int, str, int], list[Mark]] = defaultdict(list)
+    for m in marks:
+        by_process[(m.job, m.seat, m.token, m.host, m.pid, m.slot, m.attempt)].append(m)
+    return [sorted(process, key=lambda m: m.at) for process in by_process.values()]
 
 
 @dataclass(frozen=True)

@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .history import FAILOVERS, NS, Fault, JobSpec, Mark, Run, Write
+from .history import FAILOVERS, NS, Fault, JobSpec, Mark, Write, processes
 
 
 @dataclass(frozen=True)
@@ -66,13 +66,8 @@ class StaleWrites:
 
 def intervals(marks: Iterable[Mark]) -> list[Interval]:
     """One interval per command process, from its marks."""
-    # By every field a command writes, not its pid alone: pids wrap in a long soak.
-    by_process: dict[tuple[str, int, int, str, int, str, int], list[Mark]] = defaultdict(list)
-    for m in marks:
-        by_process[(m.job, m.seat, m.token, m.host, m.pid, m.slot, m.attempt)].append(m)
     found = []
-    for process_marks in by_process.values():
-        process_marks.sort(key=lambda m: m.at)
+    for process_marks in processes(marks):
         first = process_marks[0]
         found.append(Interval(first.job, first.seat, first.token, first.host, first.pid,
                               first.at, process_marks[-1].at,
@@ -81,12 +76,9 @@ def intervals(marks: Iterable[Mark]) -> list[Interval]:
     return sorted(found, key=lambda i: i.enter)
 
 
-def overlaps(found: list[Interval], jobs: dict[str, JobSpec], faults: list[Fault],
-             runs: Iterable[Run] = ()) -> list[Overlap]:
-    """Every pair of commands that broke a job's limit, with its verdict. (`runs` are no
-    longer read: only the advisory window, excused until issue 33, needed when each lock
-    was taken.)"""
-    del runs
+def overlaps(found: list[Interval], jobs: dict[str, JobSpec],
+             faults: list[Fault]) -> list[Overlap]:
+    """Every pair of commands that broke a job's limit, with its verdict."""
     by_job: dict[str, list[Interval]] = defaultdict(list)
     for interval in found:
         by_job[interval.job].append(interval)

@@ -38,7 +38,7 @@ from collections import defaultdict
 from dataclasses import dataclass, field
 from datetime import datetime
 
-from .history import FAILOVERS, NS, Fault, History, Invocation, JobSpec, Mark, Run
+from .history import FAILOVERS, NS, Fault, History, Invocation, JobSpec, Mark, Run, processes
 
 # Outcomes a fault leaves (a run the fleet's command itself ended is `succeeded` or
 # `failed` with the command's own exit code).
@@ -110,17 +110,13 @@ def check(history: History) -> list[SlotVerdict]:
 
 def completions(marks: list[Mark]) -> dict[tuple[str, float], list[Completion]]:
     """The commands of each (job, slot) that worked to their end and exited 0."""
-    by_process: dict[tuple[str, int, int, str, int, str, int], list[Mark]] = defaultdict(list)
-    for m in marks:
-        if m.slot:
-            by_process[(m.job, m.seat, m.token, m.host, m.pid, m.slot, m.attempt)].append(m)
     found: dict[tuple[str, float], list[Completion]] = defaultdict(list)
-    for (job, _, token, host, pid, slot, attempt), process in by_process.items():
-        kinds = {m.kind for m in process}
-        if "done" in kinds and "fail" not in kinds:
+    for process in processes(marks):
+        first, kinds = process[0], {m.kind for m in process}
+        if first.slot and "done" in kinds and "fail" not in kinds:
             done = max(m.at for m in process if m.kind == "done")
-            found[(job, datetime.fromisoformat(slot).timestamp())].append(
-                Completion(host, pid, token, attempt, done))
+            found[(first.job, datetime.fromisoformat(first.slot).timestamp())].append(
+                Completion(first.host, first.pid, first.token, first.attempt, done))
     return found
 
 

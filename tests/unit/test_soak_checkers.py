@@ -216,9 +216,8 @@ def test_a_restart_no_longer_excuses_an_advisory_overlap() -> None:
     # issue 22): the row's incarnation now makes the other host wait, so it is a defect.
     marks = command("v", "h1", 10, 1, 2, 3.5, done=False) + command("v", "h2", 20, 2, 2.5, 4)
     restart = [fault("restart-immediate", None, 0.2, 0.8)]
-    taken = [Run(1, "v", None, 1, None, "h1", 1, "lock_lost", SLOT, SLOT + 3.5)]
     found = overlap.overlaps(overlap.intervals(marks), {"v": JobSpec("v", mode="advisory")},
-                             restart, taken)
+                             restart)
     assert [o.verdict for o in found] == ["defect"]
 
 
