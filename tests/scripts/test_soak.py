@@ -26,8 +26,9 @@ pytestmark = pytest.mark.slow
 ROOT = Path(__file__).resolve().parents[2]
 SEED = 23
 MINUTES = 2.5
-# Synchronous until issue 33 (no window after a promotion) is merged: seed 23's first
-# failover with an asynchronous standby is a lagged one, which may give a token twice.
+# Synchronous: the run the suite has time for (2.5 minutes) is proven green so; the
+# asynchronous one (seed 23's first failover is then a lagged one) is run by hand
+# (docs/soak.md) until a suite run of it has been shown to pass from a fresh clone.
 REPLICATION = "sync"
 
 needs_root = pytest.mark.skipif(os.geteuid() != 0 or shutil.which("ip") is None,
