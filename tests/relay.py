@@ -1,6 +1,6 @@
 """A TCP front for the test server's Unix socket that can be cut, for the tests of what a
 holder does when its connection goes: a server that restarts, a proxy or pooler sidecar
-that restarts."""
+that restarts, a network that drops every packet for a while."""
 
 from __future__ import annotations
 
@@ -13,13 +13,16 @@ import threading
 class Relay:
     """Every connection through it passed on to `target`, until cut: then each is closed on
     both sides at once, and new ones are closed as they come until restore(); close()
-    refuses them for good."""
+    refuses them for good. Held (hold(), until flow()), nothing passes either way, an end
+    included, as through a network that drops every packet: TCP delivers it all after."""
 
     def __init__(self, target: str) -> None:
         self.target = target
         self.listener = socket.create_server(("127.0.0.1", 0), backlog=64)
         self.port = self.listener.getsockname()[1]
         self.down = threading.Event()
+        self.flowing = threading.Event()
+        self.flowing.set()
         self.open: list[tuple[socket.socket, socket.socket]] = []
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -40,13 +43,20 @@ class Relay:
             for source, sink in ((client, server), (server, client)):
                 threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
 
-    @staticmethod
-    def _pump(source: socket.socket, sink: socket.socket) -> None:
+    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
+                self.flowing.wait()
                 sink.sendall(data)
         # An end on one side is passed on, as a proxy does (a dead client's backend ends).
+        self.flowing.wait()
         _close(source, sink)
+
+    def hold(self) -> None:
+        self.flowing.clear()
+
+    def flow(self) -> None:
+        self.flowing.set()
 
     def cut(self, *, reset: bool = False) -> None:
         """Close every connection through it, the client's end with an RST if `reset` (a

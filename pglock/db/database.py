@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import contextlib
 import logging
+import os
 import random
 import re
+import socket
+import threading
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -160,6 +163,7 @@ class Reconnecting:
         self.timeout = timeout
         self.user_timeout = user_timeout
         self.conn: psycopg.Connection[Any] | None = None
+        self._installing = threading.Lock()
 
     def connect(self, timeout: float | None = None, user_timeout: float | None = None,
                 once: bool = False) -> psycopg.Connection[Any]:
@@ -172,15 +176,25 @@ class Reconnecting:
                        timeout=timeout, extra=extra, bound=timeout, once=once)
 
     def get(self) -> psycopg.Connection[Any]:
-        """The run's connection, opened if it is not."""
-        if self.conn is None or self.conn.closed:
-            self.conn = self.connect()
-        return self.conn
-
-    def usable(self) -> bool:
-        """Whether the run's connection is open, unbroken and idle (a statement on it that
-        failed or was cancelled left its session, and any session lock, in place)."""
+        """The run's connection, opened if it is not. One at a time: a thread whose
+        connection opened after another's was installed closes its own and uses that one,
+        so that no session of the run (and no advisory lock on it) lives unseen."""
         conn = self.conn
+        if conn is not None and not conn.closed:
+            return conn
+        conn = self.connect()
+        with self._installing:
+            if self.conn is not None and not self.conn.closed:
+                conn.close()
+                return self.conn
+            self.conn = conn
+        return conn
+
+    def usable(self, conn: psycopg.Connection[Any] | None = None) -> bool:
+        """Whether the run's connection (or `conn`, one a thread used) is open, unbroken
+        and idle (a statement on it that failed or was cancelled left its session, and any
+        session lock, in place)."""
+        conn = self.conn if conn is None else conn
         return (conn is not None and not conn.closed and not conn.broken
                 and conn.info.transaction_status == psycopg.pq.TransactionStatus.IDLE)
 
@@ -188,6 +202,14 @@ class Reconnecting:
         if self.conn is not None:
             self.conn.close()
             self.conn = None
+
+    def drop(self, conn: psycopg.Connection[Any]) -> None:
+        """Close `conn`, a connection a thread used, and forget it if it is still the run's:
+        never the one another thread opened since (this one was abandoned meanwhile)."""
+        with self._installing:
+            if self.conn is conn:
+                self.conn = None
+        conn.close()
 
     def backend_pid(self) -> int | None:
         """The server process of the open connection (None: none is open)."""
@@ -199,11 +221,20 @@ class Reconnecting:
     def abandon(self) -> None:
         """Forget a connection another thread is stuck on; the next get() opens a new one.
         Its statement is cancelled (its own bound would, later): nothing of ours is left
-        waiting on the server once pglock exits."""
-        conn, self.conn = self.conn, None
-        if conn is not None and not conn.closed:
-            with contextlib.suppress(psycopg.Error):
-                conn.cancel_safe(timeout=bounded.CANCEL_WAIT)
+        waiting on the server once pglock exits. Its socket is shut down: the stuck thread
+        fails at once, and the server ends its session (and an advisory lock the run's
+        next session must take back) as soon as it hears, not when it drops a silent
+        client (docs/advisory.md, "A session of our own in the way")."""
+        with self._installing:
+            conn, self.conn = self.conn, None
+        if conn is None or conn.closed:
+            return
+        # A duplicate of its descriptor: the stuck thread still owns the original.
+        with contextlib.suppress(OSError, psycopg.Error), \
+                socket.socket(fileno=os.dup(conn.pgconn.socket)) as end:
+            end.shutdown(socket.SHUT_RDWR)
+        with contextlib.suppress(psycopg.Error):
+            conn.cancel_safe(timeout=bounded.CANCEL_WAIT)
 
 
 @contextlib.contextmanager

@@ -136,11 +136,13 @@ class Session(Protocol):
 
     def get(self) -> psycopg.Connection[Any]: ...
 
-    def usable(self) -> bool: ...
+    def usable(self, conn: psycopg.Connection[Any] | None = None) -> bool: ...
 
     def connect(self) -> psycopg.Connection[Any]: ...
 
     def close(self) -> None: ...
+
+    def drop(self, conn: psycopg.Connection[Any]) -> None: ...
 
     def backend_pid(self) -> int | None: ...
 
@@ -158,9 +160,10 @@ class AdvisoryRenewer:
         # (the end of an attempt recorded on a new connection, the lock kept for a retry)
         # takes it back at its first renewal.
         self._retake = session.backend_pid() != claim.backend_pid
+        self._conn: psycopg.Connection[Any] | None = None
 
     def renew(self) -> tuple[lease.Renewal, str | None]:
-        conn = self._session.get()
+        conn = self._conn = self._session.get()
         if self._retake:
             # The old session ended, and its lock with it: take it back and renew the row in
             # one statement. A contender cannot have taken a row stamped by the old session's
@@ -183,9 +186,10 @@ class AdvisoryRenewer:
         # After a failed renewal. A statement that was cancelled (or timed out) leaves the
         # session, and the lock, alive: closing it would give the lock away while the
         # command runs. Only a broken session is let go, and the lock taken back on a new one.
-        if self._session.usable():
+        # (Its own connection: the run's may be a new one, if this one was abandoned.)
+        if self._conn is None or self._session.usable(self._conn):
             return
-        self._session.close()
+        self._session.drop(self._conn)
         self._retake = True
 
     def close(self) -> None:

@@ -10,6 +10,8 @@ import psycopg
 import pytest
 from conftest import Env, one_line
 from marks import assert_no_overlap, held_command, intervals, marking_command, race
+from psycopg.conninfo import conninfo_to_dict, make_conninfo
+from relay import Relay
 
 from pglock.db.embedded import EmbeddedServer
 from pglock.db.keys import advisory_key
@@ -191,3 +193,70 @@ def test_clear_terminate_ends_an_advisory_holders_session(env: Env) -> None:
     assert env.run("run", "--job", "wedged", "--mode", "advisory", "--", "true").returncode == 0
     outcomes = [(r["outcome"], r["reason"]) for r in env.runs("wedged")]
     assert outcomes == [("lock_lost", None), ("cleared", "incident 42"), ("succeeded", None)]
+
+
+def test_a_holder_cut_off_at_an_attempts_end_keeps_its_lock_for_the_next(env: Env) -> None:
+    """The soak's seed 3433 (asynchronous, slots 01:51 and 01:58 of cron-retry-adv): the
+    network drops everything for 2 s while a renewal is on its way, and the retried slot's
+    first attempt ends meanwhile. Its end is recorded, the lock kept, on a new session once
+    the network is back; the old session, abandoned under its stuck renewal, must not keep
+    the session lock from the new one (it did: it stayed open, idle, holding the lock, and
+    the second attempt's renewals, finding it held, lost the lock: exit 125). Exit 0,
+    attempts failed then succeeded, nothing said."""
+    options = conninfo_to_dict(env.dsn)
+    relay = Relay(f"{options['host']}/.s.PGSQL.{options.get('port', 5432)}")
+    through = make_conninfo(env.dsn, host="127.0.0.1", port=str(relay.port))
+    process = env.popen(
+        "run", "--job", "abandoned", "--mode", "advisory", "--ttl", "10s", "--dsn", through,
+        "--schedule", "0 0 1 1 *", "--tz", "UTC", "--retries", "1", "--retry-delay", "1s",
+        "--", "sh", "-c", '[ "$PGLOCK_ATTEMPT" -ge 2 ] && sleep 4 && exit 0; sleep 3.6; exit 1')
+    try:
+        env.wait_for(lambda: env.runs("abandoned") or process.poll() is not None,
+                     what="the first attempt's start")
+        # Renewals go every 1.5 s: the one at 3 s is on its way when the command ends.
+        time.sleep(2.5)
+        relay.hold()
+        time.sleep(2.0)
+        relay.flow()
+        assert process.communicate(timeout=60) == ("", "")
+    finally:
+        relay.flow()
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+        relay.close()
+    assert process.returncode == 0
+    runs = env.runs("abandoned")
+    assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "failed"), (2, "succeeded")]
+
+
+def test_a_restart_under_an_attempt_leaves_the_next_one_its_lock(
+        env: Env, private_server: EmbeddedServer) -> None:
+    """The soak's seed 3433 (asynchronous, slot 01:51 of cron-retry-adv): the server
+    restarts while a retried slot's first attempt runs, and the attempt ends while it is
+    down. Two threads then wait for the server, each to open the run's session: the
+    heartbeat's last renewal and the end's record. The one that opened second used to
+    replace the first's session, on which the renewal had taken the session lock back, so
+    the second attempt's renewals found the lock held by that forgotten session and lost
+    it (exit 125). Now the second closes its own: exit 0."""
+    env.dsn = env.env["PGLOCK_DSN"] = private_server.conninfo
+    process = env.popen(
+        "run", "--job", "restarted", "--mode", "advisory", "--ttl", "10s",
+        "--schedule", "0 0 1 1 *", "--tz", "UTC", "--retries", "1", "--retry-delay", "1s",
+        "--connect-timeout", "20s", "--",
+        "sh", "-c", '[ "$PGLOCK_ATTEMPT" -ge 2 ] && sleep 4 && exit 0; sleep 2.5; exit 1')
+    try:
+        env.wait_for(lambda: env.runs("restarted") or process.poll() is not None,
+                     what="the first attempt's start")
+        time.sleep(1.0)
+        private_server.stop()
+        time.sleep(3.0)
+        private_server.start()
+        assert process.communicate(timeout=60) == ("", "")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0
+    runs = env.runs("restarted")
+    assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "failed"), (2, "succeeded")]

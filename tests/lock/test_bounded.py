@@ -131,3 +131,4 @@ def test_a_restart_between_two_attempts_loses_no_attempt(
     assert process.returncode == 0
     runs = env.runs("between")
     assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "failed"), (2, "succeeded")]
+
