@@ -257,11 +257,15 @@ class _Watch:
             self.collect()
             now = clock.now()
             if now >= self.deadline:
+                # The SIGKILL is due a grace after the deadline, not after we noticed: a
+                # host thawed past it (its lock may be another's by now) kills at once, as
+                # pglock itself does (supervise.py), should pglock still be stopped.
+                due = self.deadline + self.grace
                 self.deadline = float("inf")
                 self.fired = True
                 self.signal(signal.SIGTERM)
                 self.signal(signal.SIGCONT)
-                self.kill_at = min(self.kill_at, now + self.grace)
+                self.kill_at = min(self.kill_at, max(now, due))
             if now >= self.kill_at:
                 # Again at every turn once due: a leftover process may have forked meanwhile.
                 self.fired = True
