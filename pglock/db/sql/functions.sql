@@ -485,8 +485,10 @@ BEGIN
                                    p_next_slot, p_grace, p_retries, p_attempt) s;
     END IF;
     IF p_slot IS NOT NULL THEN
-        -- The job's windows as this run gives them (status reads them).
-        PERFORM {schema}.note_windows(p_job, p_windows);
+        -- The job's windows as this run gives them (status reads them); written only when
+        -- they change.
+        UPDATE {schema}.jobs SET windows = p_windows
+        WHERE job = p_job AND windows IS DISTINCT FROM p_windows;
     END IF;
     RETURN NEXT;
 END
@@ -887,9 +889,9 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
                      AND released_at IS NULL AND expires_at > clock_timestamp())
 $$;
 
--- note_windows: the job's --window list, recorded by acquire for a trigger that runs and
--- by a trigger that skips inside one, so that status and check know a window from its
--- first trigger, even one added while inside it. Writes only on a change.
+-- note_windows: the job's --window list, recorded by a trigger that skips inside one (as
+-- acquire records it for a trigger that runs), so that status and check know a window
+-- from its first trigger, even one added while inside it. Writes only on a change.
 CREATE OR REPLACE FUNCTION {schema}.note_windows(p_job text, p_windows text[])
 RETURNS void
 LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
