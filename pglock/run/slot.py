@@ -451,6 +451,7 @@ class Slot:
             run = self._record_start(attempt)
             if run is None:
                 return None
+            self._confirm()
         with self.gate.blocked():
             if self.gate.deferred_signal is not None:
                 self.claim.run = run
@@ -509,6 +510,26 @@ class Slot:
                 except psycopg.Error:
                     self._release_unstarted(conn)
                     raise
+
+    def _confirm(self) -> None:
+        """The lock confirmed again before a further attempt's fork, when its last
+        confirmation is older than a renewal's interval (the start record held up by a
+        cut, a lock wait or a starved host): the heartbeat and the watchdog then count
+        from now. Else a start that came back past the heartbeat's local deadline, but
+        before the start deadline, forks a command only to stop it at once (the soak,
+        seed 3434). A renewal that fails leaves the last confirmation as it was."""
+        from pglock.run import keeping
+
+        renewer = keeping.renewer(self.session, self.claim)
+        if clock.now() < self.sent + renewer.interval:
+            return
+        sent = clock.now()
+        with contextlib.suppress(psycopg.Error, PglockError):
+            # Lease mode on the run's session, not on a connection of the renewer's own.
+            renewal, _ = (renewer.renew() if self.claim.mode == "advisory"
+                          else lease.renew(self.session.get(), self.claim))
+            if renewal is not lease.Renewal.LOST:
+                self.sent = sent
 
     def _release_unstarted(self, conn: psycopg.Connection[object]) -> None:
         # Nothing ran: others need not wait out our lease.

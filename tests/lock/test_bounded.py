@@ -4,6 +4,8 @@ attempt's start record alike (issue 34)."""
 
 from __future__ import annotations
 
+import time
+
 import psycopg
 import pytest
 from conftest import Env
@@ -132,3 +134,48 @@ def test_a_restart_between_two_attempts_loses_no_attempt(
     runs = env.runs("between")
     assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "failed"), (2, "succeeded")]
 
+
+
+@pytest.mark.parametrize("mode", ["lease", "advisory"])
+def test_a_start_held_up_past_the_heartbeats_deadline_is_confirmed_first(
+        env: Env, mode: str) -> None:
+    """The soak's seed 3434 (synchronous, slot 03:42 of cron-retry-adv, a starved host): a
+    further attempt's start record came back 3.3 s after the lock was last confirmed, past
+    the heartbeat's local deadline (`--ttl 10s`: 3.5 s after it in advisory mode, 6.5 s
+    in lease mode) but before the start deadline (5 s, 9 s), and the command was forked
+    only to be stopped at once as lock_lost (exit 125). Here the start record waits on the slot's
+    row, which a transaction of the test holds that long. The lock is now confirmed again
+    before the fork: exit 0, attempts failed then succeeded, nothing said."""
+    holder = f"late-{mode}"
+    # From the send of the start record (2 s after the lock was last confirmed, by the
+    # first attempt's end in lease mode, by a renewal 0.5 s before in advisory mode) to
+    # well inside the window between the two deadlines.
+    held_for = {"advisory": 3.6, "lease": 5.5}[mode]
+    process = env.popen(
+        "run", "--job", "late", "--mode", mode, "--holder", holder,
+        "--schedule", "0 0 1 1 *", "--tz", "UTC", "--retries", "1", "--retry-delay", "2s",
+        "--ttl", "10s", "--", "sh", "-c", '[ "$PGLOCK_ATTEMPT" -ge 2 ] || exit 1')
+    application = f"pglock run late on {holder}"
+    try:
+        blocker = psycopg.connect(env.dsn)
+        try:
+            env.wait_for(lambda: [r["outcome"] for r in env.runs("late")] == ["failed"]
+                         or process.poll() is not None, what="the first attempt's end")
+            blocker.execute(sql.SQL("SELECT 1 FROM {}.slots WHERE job = 'late' FOR UPDATE")
+                            .format(sql.Identifier(env.schema)))
+            env.wait_for(lambda: bool(env.query(
+                "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
+                "AND wait_event_type = 'Lock' AND query LIKE '%%start_run%%'",
+                (application,))) or process.poll() is not None,
+                what="the second attempt's start record waiting on the slot")
+            time.sleep(held_for)
+        finally:
+            blocker.close()
+        assert process.communicate(timeout=60) == ("", "")
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 0
+    runs = env.runs("late")
+    assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "failed"), (2, "succeeded")]
