@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -21,6 +22,14 @@ from psycopg import sql
 from pglock.db.embedded import EmbeddedServer
 
 PGLOCK = str(Path(sys.executable).with_name("pglock"))
+
+# A suite started in the background by a shell without job control (`nohup scripts/test &`)
+# inherits SIGINT and SIGQUIT ignored, and so would every pglock it starts: one would never
+# see the Ctrl-C a test sends it, as a person's terminal would.
+for _signum, _handler in ((signal.SIGINT, signal.default_int_handler),
+                          (signal.SIGQUIT, signal.SIG_DFL)):
+    if signal.getsignal(_signum) == signal.SIG_IGN:
+        signal.signal(_signum, _handler)
 TEST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
                  "max_connections": "400"}
 
