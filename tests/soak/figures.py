@@ -33,7 +33,8 @@ class Report:
     excused: list[str] = field(default_factory=list)
     # Missed slots a fault explains, one line each with what accounts for each host.
     explained: list[str] = field(default_factory=list)
-    # Slots whose completion a failover lost with the old primary (asynchronous standby).
+    # Slots whose completion, and attempts whose start, a failover lost with the old
+    # primary (asynchronous standby).
     lost: list[str] = field(default_factory=list)
 
     @property
@@ -48,8 +49,11 @@ def build(history: History) -> Report:
     for pair in pairs:
         line = _describe(pair)
         (report.defects if pair.verdict == "defect" else report.excused).append(line)
-    repeats = overlap.repeated_tokens(found, history.faults)
+    repeats, lost_starts = [], []
+    for repeat in overlap.repeated_tokens(found, history.faults):
+        (lost_starts if overlap.lost_start(repeat, history.runs) else repeats).append(repeat)
     report.defects += [_repeat(r) for r in repeats]
+    report.lost += [_lost_start(r) for r in lost_starts]
     stale = overlap.stale_writes(history.writes)
     report.defects += [f"write {w.id} of {w.job} seat {w.seat} accepted token {w.token} "
                        f"below one accepted before" for w in stale.accepted_lower]
@@ -74,6 +78,7 @@ def build(history: History) -> Report:
         "overlaps": verdict_counts["defect"],
         "overlaps_frozen_host": verdict_counts["frozen-host"],
         "repeated_tokens": len(repeats),
+        "lost_starts": len(lost_starts),
         "replication": history.replication,
         "failovers": sum(f.kind in FAILOVERS for f in history.faults),
         "slots_checked": len(verdicts),
@@ -132,6 +137,14 @@ def _repeat(repeat: overlap.Repeat) -> str:
               f"across {failover.kind} ({failover.detail}) at {_clock(failover.start_wall)}")
     return (f"repeated token: {a.job} seat {a.seat}: token {a.token} on {a.host} (pid {a.pid}) "
             f"and on {b.host} (pid {b.pid}), {across}")
+
+
+def _lost_start(repeat: overlap.Repeat) -> str:
+    a, b, failover = repeat.first, repeat.second, repeat.failover
+    assert failover is not None
+    return (f"attempt {a.attempt} of {a.job} on {a.host} (token {a.token}, pid {a.pid}): its "
+            f"start lost with the old primary in {failover.kind} ({failover.detail}) at "
+            f"{_clock(failover.start_wall)}; its holder ran that attempt again (pid {b.pid})")
 
 
 def _clock(wall: float) -> str:
@@ -212,7 +225,8 @@ def text(report: Report, header: list[str]) -> str:
                  f"unexplained misses: {f['unexplained_misses']}; explained misses: "
                  f"{f['explained_misses']} ({f['explained_misses_by_stall']} of them with a "
                  f"stall of the machine)"
-                 + (f"; completions lost with the old primary: {f['lost_completions']}"
+                 + (f"; completions lost with the old primary: {f['lost_completions']}; "
+                    f"attempt starts lost with it: {f.get('lost_starts', 0)}"
                     if f.get("replication", "none") != "none" else ""))
     lines.append(f"guarded writes: accepted {f['writes_accepted']}, stale writes refused "
                  f"{f['stale_writes_refused']}")
@@ -227,7 +241,8 @@ def text(report: Report, header: list[str]) -> str:
             lines.append(f"  {kind:18} n={spread['n']:<4} p50={spread['p50']:<6} "
                          f"p95={spread['p95']:<6} max={spread['max']}")
     if report.lost:
-        lines.append("completions lost with the old primary (asynchronous standby):")
+        lines.append("completions and attempt starts lost with the old primary "
+                     "(asynchronous standby):")
         lines += [f"  {line}" for line in report.lost]
     if report.excused:
         lines.append("outside the promise:")

@@ -27,7 +27,7 @@ from collections import defaultdict
 from collections.abc import Iterable
 from dataclasses import dataclass
 
-from .history import FAILOVERS, NS, Fault, JobSpec, Mark, Write, processes
+from .history import FAILOVERS, NS, Fault, JobSpec, Mark, Run, Write, processes
 
 
 @dataclass(frozen=True)
@@ -154,6 +154,21 @@ class Repeat:
 # The first holder's token was given at its acquire, before its command entered: on a
 # loaded machine, up to this many seconds before (seed 23, async: 9 s).
 TOKEN_LOOKBACK = 30.0
+
+
+def lost_start(repeat: Repeat, runs: Iterable[Run]) -> bool:
+    """Whether a repeat is one holder running an attempt again because the old primary
+    lost that attempt's start record in an asynchronous failover (docs/ha.md, "What
+    asynchronous replication still cannot give"): the same host, token, slot and attempt
+    number, a lagged failover between the two commands, and one run recorded for the two.
+    Nobody else got the token: it fences nothing less than before."""
+    a, b = repeat.first, repeat.second
+    if (a.host != b.host or (a.slot, a.attempt) != (b.slot, b.attempt)
+            or repeat.failover is None or repeat.failover.kind != "failover-lagged"):
+        return False
+    recorded = [r for r in runs if (r.job, r.holder, r.token, r.attempt)
+                == (a.job, a.host, a.token, a.attempt)]
+    return len(recorded) == 1
 
 
 def repeated_tokens(found: list[Interval], faults: list[Fault]) -> list[Repeat]:

@@ -400,3 +400,36 @@ def test_a_standby_adds_failovers_and_leaves_the_seeds_of_a_run_without_one_alon
     assert "failover-lagged" not in {p.kind for p in synced}
     lagged = plan(23, 150, 5, 10.0, (4.0, 12.0), replication="async")
     assert "failover-lagged" in {p.kind for p in lagged}
+
+
+def test_an_attempts_start_lost_with_the_old_primary_is_counted_apart_not_a_repeat() -> None:
+    """The soak's seed 3435 (async, slot 04:22 of cron-retry): h1 ran attempt 2 under
+    token 7; the lagged failover lost its start record, and h1, still holding its lock,
+    ran attempt 2 again (the server numbers attempts from the slot's row). One holder, one
+    token, one run recorded for the two: counted on its own line, not as a defect."""
+    lagged = [Fault("failover-lagged", None, T0 + 4 * NS, T0 + 5 * NS, SLOT + 4, SLOT + 5,
+                    detail="b->a, WAL held back 3.3s")]
+    marks = [m for part in (completed("h1", 10, 7, 0, 3, attempt=2, failed=True),
+                            completed("h1", 11, 7, 6, 8, attempt=2, failed=True))
+             for m in part]
+    recorded = [Run(1, "c", SLOT, 2, None, "h1", 7, "failed", SLOT + 6, SLOT + 8)]
+    history = History({"c": CRON}, HOSTS, marks=marks, faults=lagged, runs=recorded,
+                      replication="async")
+    [repeat] = overlap.repeated_tokens(overlap.intervals(marks), lagged)
+    assert overlap.lost_start(repeat, recorded)
+    report = figures.build(history)
+    assert report.figures["repeated_tokens"] == 0 and report.figures["lost_starts"] == 1
+    assert ("attempt 2 of c on h1 (token 7, pid 10): its start lost with the old primary in "
+            "failover-lagged (b->a, WAL held back 3.3s) at 08:00:04; its holder ran that "
+            "attempt again (pid 11)") in report.lost
+    # Both starts recorded (the command ran twice as one attempt), a plain failover (no
+    # commit lost), or two hosts: a repeated token, a defect.
+    twice = [*recorded, Run(2, "c", SLOT, 2, None, "h1", 7, "failed", SLOT, SLOT + 3)]
+    assert not overlap.lost_start(repeat, twice)
+    plain = [Fault("failover", None, T0 + 4 * NS, T0 + 5 * NS, SLOT + 4, SLOT + 5)]
+    [unlagged] = overlap.repeated_tokens(overlap.intervals(marks), plain)
+    assert not overlap.lost_start(unlagged, recorded)
+    elsewhere = [Mark(m.at, m.kind, m.job, m.seat, m.token, "h2" if m.pid == 11 else m.host,
+                      m.pid, m.slot, m.attempt) for m in marks]
+    [two_hosts] = overlap.repeated_tokens(overlap.intervals(elsewhere), lagged)
+    assert not overlap.lost_start(two_hosts, recorded)
