@@ -87,11 +87,18 @@ def test_sigterm_cancels_an_acquire_waiting_on_the_row(env: Env) -> None:
     assert env.query("SELECT fencing_token FROM {schema}.locks WHERE job = 'cut'") == [(1,)]
 
 
-def _waiting_start(env: Env, holder: str) -> bool:
+def _hold_the_slot(env: Env, blocker: psycopg.Connection[object], job: str) -> None:
+    """Take the job's slot rows in a transaction on `blocker`: a start record waits."""
+    blocker.execute(sql.SQL("SELECT 1 FROM {}.slots WHERE job = %s FOR UPDATE")
+                    .format(sql.Identifier(env.schema)), (job,))
+
+
+def _waiting_start(env: Env, job: str, holder: str) -> bool:
+    """Whether the run's start record of a further attempt waits on a lock."""
     return bool(env.query(
         "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
         "AND wait_event_type = 'Lock' AND query LIKE '%%start_run%%'",
-        (f"pglock run between on {holder}",)))
+        (f"pglock run {job} on {holder}",)))
 
 
 @pytest.mark.parametrize("mode", ["lease", "advisory"])
@@ -116,9 +123,9 @@ def test_a_restart_between_two_attempts_loses_no_attempt(
         assert process.poll() is None, process.communicate()
         blocker = psycopg.connect(env.dsn)
         try:
-            blocker.execute(sql.SQL("SELECT 1 FROM {}.slots WHERE job = 'between' FOR UPDATE")
-                            .format(sql.Identifier(env.schema)))
-            env.wait_for(lambda: _waiting_start(env, holder) or process.poll() is not None,
+            _hold_the_slot(env, blocker, "between")
+            env.wait_for(lambda: _waiting_start(env, "between", holder)
+                         or process.poll() is not None,
                          what="the second attempt's start record waiting on the slot")
             assert process.poll() is None, process.communicate()
             private_server.stop()
@@ -155,19 +162,15 @@ def test_a_start_held_up_past_the_heartbeats_deadline_is_confirmed_first(
         "run", "--job", "late", "--mode", mode, "--holder", holder,
         "--schedule", "0 0 1 1 *", "--tz", "UTC", "--retries", "1", "--retry-delay", "2s",
         "--ttl", "10s", "--", "sh", "-c", '[ "$PGLOCK_ATTEMPT" -ge 2 ] || exit 1')
-    application = f"pglock run late on {holder}"
     try:
         blocker = psycopg.connect(env.dsn)
         try:
             env.wait_for(lambda: [r["outcome"] for r in env.runs("late")] == ["failed"]
                          or process.poll() is not None, what="the first attempt's end")
-            blocker.execute(sql.SQL("SELECT 1 FROM {}.slots WHERE job = 'late' FOR UPDATE")
-                            .format(sql.Identifier(env.schema)))
-            env.wait_for(lambda: bool(env.query(
-                "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
-                "AND wait_event_type = 'Lock' AND query LIKE '%%start_run%%'",
-                (application,))) or process.poll() is not None,
-                what="the second attempt's start record waiting on the slot")
+            _hold_the_slot(env, blocker, "late")
+            env.wait_for(lambda: _waiting_start(env, "late", holder)
+                         or process.poll() is not None,
+                         what="the second attempt's start record waiting on the slot")
             time.sleep(held_for)
         finally:
             blocker.close()
