@@ -239,11 +239,10 @@ def test_a_thawed_host_kills_its_command_at_once(env: Env, pglock_thaws: bool) -
     (issue 38; docs/ttl.md, "A frozen host"). By pglock, or by its watchdog alone when
     pglock stays stopped (it used to give the command its whole grace then)."""
     ticks = env.tmp / "ticks"
-    ready = env.tmp / "ready"
     # ttl 12s: SIGTERM 7.8 s after the last renewal (renewed every 4 s), SIGKILL a grace
     # of 3 s later; a 12 s freeze passes both whenever the last renewal was.
     holder = env.popen("run", "--job", "thawed", "--ttl", "12s", "--",
-                       "sh", "-c", f"trap '' TERM; touch {ready}; "
+                       "sh", "-c", "trap '' TERM; "
                        f"while :; do date +%s%N >> {ticks}; sleep 0.05; done")
     def tree() -> list[int]:
         """pglock, its watchdog, and the command (the watchdog's child)."""
@@ -254,8 +253,10 @@ def test_a_thawed_host_kills_its_command_at_once(env: Env, pglock_thaws: bool) -
             found += level
         return found
 
-    env.wait_for(lambda: ready.exists() and len(tree()) >= 3,
-                 what="the watchdog and the command")
+    # Its first tick, not only its start: frozen before one, and killed at once on the
+    # thaw, it would leave no tick to measure by.
+    env.wait_for(lambda: ticks.exists() and ticks.read_text().strip() != "" and len(tree()) >= 3,
+                 what="the watchdog and the command's first tick")
     # pglock shares the test's process group: it is stopped by its pid; the watchdog's
     # group and the command's own group as a whole (its sleep too).
     pids = tree()
