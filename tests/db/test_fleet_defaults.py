@@ -111,6 +111,7 @@ def test_a_lock_cleared_before_the_release_is_recorded_lost(env: Env) -> None:
     assert "succeeded" in summary[0][0] and summary[0][0]["succeeded"] == 1
 
 
+@pytest.mark.slow
 def test_the_watchdog_sends_no_second_sigterm_while_pglock_is_healthy(
         env: Env, private_server: EmbeddedServer) -> None:
     """The lock runs out with the database; pglock itself stops the command, and the
