@@ -147,6 +147,9 @@ $$;
 -- attempt is one more on its row, which its CHECK keeps within the limit; a slot that
 -- succeeded, or that an attempt closed, is pushed past the limit instead, so that its
 -- start fails in the same way (check_violation; unique_violation from a racing start).
+-- Never below the caller's own number (version 8): a holder that kept its lock across an
+-- asynchronous failover knows of an attempt whose start the old primary took with it,
+-- and counting from the row would run that attempt again, one more than --retries.
 CREATE OR REPLACE FUNCTION {schema}.record_start(
     p_job text, p_slot timestamptz, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_fencing_token bigint, p_command text, p_schedule text,
@@ -173,10 +176,11 @@ WITH claim AS (
     RETURNING r.id, r.finished_at, r.duration
 ), opened AS (
     INSERT INTO {schema}.slots AS s (job, slot, attempts, attempt_limit, retries)
-    SELECT p_job, p_slot, 1, 1 + p_retries, p_retries
+    SELECT p_job, p_slot, greatest(1, p_attempt), 1 + p_retries, p_retries
     WHERE p_slot IS NOT NULL
     ON CONFLICT (job, slot) DO UPDATE SET attempts = CASE
-        WHEN s.succeeded_run_id IS NULL AND s.closed_at IS NULL THEN s.attempts + 1
+        WHEN s.succeeded_run_id IS NULL AND s.closed_at IS NULL
+            THEN greatest(s.attempts + 1, p_attempt)
         ELSE s.attempt_limit + 1 END
     RETURNING attempts, attempt_limit
 ), started AS (
