@@ -1,0 +1,970 @@
+-- Frozen test data (never edit): what pglock's schema version 8 was as released.
+-- The DDL of version 8 is v1.sql .. v8.sql run in that order; this file upgraded 7 to 8.
+-- Copied once from git: `git show 334b74d:pglock/db/sql/migrations/008_attempt_numbering.sql
+-- 334b74d:pglock/db/sql/functions.sql`.
+
+-- pglock schema, version 8: no table changes. record_start (sql/functions.sql, created
+-- after this file) numbers a slot's attempt no lower than the caller's own number: a
+-- holder that kept its lock across an asynchronous failover that lost a further
+-- attempt's start record used to be given the lost attempt's number again, and so made
+-- one attempt more than --retries allows (the soak, seed 3435: docs/soak.md; docs/ha.md,
+-- "What asynchronous replication still cannot give").
+
+UPDATE {schema}.meta SET value = '8' WHERE key = 'version';
+
+-- pglock's SQL functions, each written once: the current body of every function of the
+-- schema, and who may call it. Tables change through the numbered migrations
+-- (sql/migrations/); this file is run whole after them by every creation and every
+-- upgrade, in the same transaction as the version bump, so a database of any version
+-- ends with exactly these bodies.
+--
+-- The run path as functions: each step of `pglock run` is one call (one statement, one
+-- round trip). They are SECURITY DEFINER, so a role granted only EXECUTE on them
+-- (pglock_runner, `pglock init --print-grants`) can take, renew and release its own
+-- claims and record its own runs, and write nothing else. A claim is its random holder
+-- id: no function lets a caller act on a lock, seat or run whose holder id it does not
+-- know, and the runner cannot read the holder_id column. Every function pins its
+-- search_path and names every table with its schema. Each write sets synchronous_commit
+-- = on for its own transaction with set_config(..., true): a function's own SET clause
+-- would be undone when it returns, before the commit.
+--
+-- Changing a function (docs/development.md, "The schema"):
+-- - Any change here is a new schema version (a migration, if only its version bump): an
+--   upgrade runs only on a database older than pglock, so one already at this version
+--   would keep the old body. A test compares a new schema with the released one.
+-- - CREATE OR REPLACE keeps a function's grants, and replaces its body, volatility and
+--   settings. It cannot change its return type (for RETURNS TABLE: the columns' names
+--   and types), rename a parameter or drop a default; other parameter types make a
+--   second function beside the first. Such a change needs a migration that drops the old
+--   signature first (DROP FUNCTION IF EXISTS: a database older than the function never
+--   had it); the grants go with it (operators run `pglock init --print-grants` again),
+--   and the REVOKE below and pglock/operate/roles.py name the new one.
+-- - A signature is also a promise to an older pglock still running through an upgrade:
+--   a holder that started before it calls start_run, renew, release, finish, note and
+--   holds by their old signatures until it ends. Only acquire, which starts a run, may
+--   change its own (an older pglock that finds none of its signature finds the schema
+--   newer than itself and refuses).
+-- - A function no longer wanted: dropped by a migration, deleted here.
+
+-- advisory_key: the advisory-lock key of a job.
+-- pglock/db/keys.py's (the first 8 bytes of sha256("pglock:" + schema + ":" + job)),
+-- computed here so that no caller can claim to hold the session lock of a job by naming
+-- another key.
+CREATE OR REPLACE FUNCTION {schema}.advisory_key(p_job text) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ('x' || left(encode(sha256(convert_to(
+        'pglock:' || replace(replace({schema_name}, '\', '\\'), ':', '\:') || ':' || p_job,
+        'UTF8')), 'hex'), 16))::bit(64)::bigint
+$$;
+
+-- session_holds: whether the caller's own backend holds the job's advisory lock.
+CREATE OR REPLACE FUNCTION {schema}.session_holds(p_job text) RETURNS boolean
+LANGUAGE sql STABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (
+        SELECT 1 FROM pg_catalog.pg_locks
+        WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = pg_backend_pid()
+          AND ((classid::bigint << 32) | objid::bigint) = {schema}.advisory_key(p_job)
+          AND database = (SELECT oid FROM pg_catalog.pg_database
+                          WHERE datname = current_database()))
+$$;
+
+-- incarnation: which server answers, in which life of its lock table; what an advisory
+-- lock row records (docs/advisory.md, "Restarts and failovers"). Advisory locks live in
+-- the server's shared memory: they are all gone when the postmaster restarts (a stop and
+-- start, an immediate stop and crash recovery), when it reinitializes shared memory after
+-- a backend crashed (restart_after_crash: the postmaster, and its start time, stay), and
+-- on another server (a promoted standby). Three values, read from memory, cheap inside
+-- the acquire statement (tens of microseconds):
+-- - the timeline of the WAL being written: a promotion always starts a new one (the
+--   checkpoint's timeline, pg_control_checkpoint(), lags a fast promotion);
+-- - pg_postmaster_start_time(): every postmaster start, and no two servers alike;
+-- - the shared statistics' reset time: shared memory reinitialized after a crash
+--   discards the statistics and stamps it anew, which the start time misses. An
+--   operator's pg_stat_reset_shared() changes it too: then advisory rows are leases
+--   until their holders' next renewal (seconds), which is safe.
+-- The system identifier is left out: a standby shares its primary's.
+CREATE OR REPLACE FUNCTION {schema}.incarnation() RETURNS text
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT left(pg_walfile_name(pg_current_wal_lsn()), 8)
+        || '/' || extract(epoch FROM pg_postmaster_start_time())::text
+        || '/' || coalesce(extract(epoch FROM pg_stat_get_bgwriter_stat_reset_time())::text, '')
+$$;
+
+-- timeline: the WAL timeline this primary writes; a promotion always starts a new one.
+CREATE OR REPLACE FUNCTION {schema}.timeline() RETURNS bigint
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint
+$$;
+
+-- sighting: this timeline, when a pglock first saw it (recorded now if nobody had: one row
+-- per timeline, conflict-free), and whether the schema saw an earlier one (a promotion
+-- since its creation). Called by acquire with synchronous_commit on: the sighting is
+-- durable before any lock is taken under it.
+CREATE OR REPLACE FUNCTION {schema}.sighting()
+RETURNS TABLE (timeline bigint, first_seen timestamptz, promoted boolean)
+LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_timeline bigint := {schema}.timeline();
+    v_first timestamptz;
+BEGIN
+    SELECT t.first_seen INTO v_first FROM {schema}.timelines t WHERE t.timeline = v_timeline;
+    IF v_first IS NULL THEN
+        INSERT INTO {schema}.timelines (timeline, first_seen)
+        VALUES (v_timeline, clock_timestamp()) ON CONFLICT DO NOTHING;
+        SELECT t.first_seen INTO v_first FROM {schema}.timelines t
+        WHERE t.timeline = v_timeline;
+    END IF;
+    RETURN QUERY SELECT v_timeline, v_first,
+        EXISTS (SELECT 1 FROM {schema}.timelines t WHERE t.timeline < v_timeline);
+END
+$$;
+
+-- restamp: the timeline a holder's own write (renew, release, finish) records on its row
+-- or seat: the current one while the row has not expired, its old one else. Only an
+-- expired row can have been taken over on an old primary, in a write lost with it; a
+-- holder that renews (or releases) an expired row on the new primary is past its local
+-- deadline, and the holder of that lost takeover may still be running: the row keeps its
+-- old timeline, and the wait of acquire (docs/ha.md) with it. (expires_at: the row's
+-- value before the write.)
+CREATE OR REPLACE FUNCTION {schema}.restamp(p_timeline bigint, p_expires timestamptz)
+RETURNS bigint
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT CASE WHEN p_expires > clock_timestamp() THEN {schema}.timeline()
+                ELSE p_timeline END
+$$;
+
+-- next_token: the fencing token after p_previous (NULL: none yet) on timeline p_timeline.
+-- The timeline minus one is in the high 32 bits: every token handed out on a timeline is
+-- above every token of an earlier one, even one whose write was lost with its primary
+-- (as long as a job takes fewer than 2^32 tokens on one timeline). On timeline 1 the
+-- tokens are 1, 2, 3...; tokens from before version 7 stay valid, and lower.
+CREATE OR REPLACE FUNCTION {schema}.next_token(p_previous bigint, p_timeline bigint)
+RETURNS bigint
+LANGUAGE sql IMMUTABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT greatest(coalesce(p_previous, 0) + 1, ((p_timeline - 1) << 32) + 1)
+$$;
+
+-- advisory_horizon: how long after a confirmed check an advisory holder with this ttl
+-- has certainly stopped its command if it hears nothing more: pglock/lock/advisory.py's
+-- horizon(), min(ttl, keepalive idle + 3) with idle = max(3, round(ttl / 4)), rounding
+-- half up where Python rounds half to even (never earlier: a test compares the two).
+CREATE OR REPLACE FUNCTION {schema}.advisory_horizon(p_ttl interval) RETURNS interval
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    SELECT least(p_ttl, make_interval(
+        secs => greatest(3, round(extract(epoch FROM p_ttl) / 4)) + 3))
+$$;
+
+-- record_start: a run's start record, and any run its vanished predecessor left as
+-- abandoned. Called by acquire and start_run once the caller's claim is known to hold
+-- the lock or a seat. Any other run of the job still marked running (for a seat's
+-- holder: of that seat, or the lock's) belongs to a holder that vanished. A slot's
+-- attempt is one more on its row, which its CHECK keeps within the limit; a slot that
+-- succeeded, or that an attempt closed, is pushed past the limit instead, so that its
+-- start fails in the same way (check_violation; unique_violation from a racing start).
+-- Never below the caller's own number (version 8): a holder that kept its lock across an
+-- asynchronous failover knows of an attempt whose start the old primary took with it,
+-- and counting from the row would run that attempt again, one more than --retries.
+CREATE OR REPLACE FUNCTION {schema}.record_start(
+    p_job text, p_slot timestamptz, p_mode text, p_holder text, p_holder_pid integer,
+    p_holder_id text, p_fencing_token bigint, p_command text, p_schedule text,
+    p_timezone text, p_next_slot timestamptz, p_grace interval, p_retries integer,
+    p_attempt integer)
+RETURNS TABLE (run_id bigint, started_at timestamptz, attempt integer, attempt_limit integer)
+LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
+WITH claim AS (
+    SELECT seat FROM {schema}.seats WHERE job = p_job AND holder_id = p_holder_id
+), abandoned AS (
+    UPDATE {schema}.runs r
+    SET outcome = 'abandoned', finished_at = clock_timestamp(),
+        duration = clock_timestamp() - r.started_at,
+        -- A token of a later timeline (its high bits: next_token) abandons a run of an
+        -- earlier one: a promotion came between, and may have lost the run's end.
+        error = CASE WHEN (p_fencing_token >> 32) > (coalesce(r.fencing_token, 0) >> 32)
+                     THEN 'its end may have been lost in a failover: it started before '
+                          'a promotion, and no end was recorded after it'
+                     ELSE 'its holder vanished without recording an end' END
+    WHERE r.job = p_job AND r.outcome = 'running'
+      -- A seat's run abandons only its seat's (and a lock's, which is free).
+      AND (r.seat IS NULL OR r.seat IS NOT DISTINCT FROM (SELECT seat FROM claim)
+           OR NOT EXISTS (SELECT 1 FROM claim))
+    RETURNING r.id, r.finished_at, r.duration
+), opened AS (
+    INSERT INTO {schema}.slots AS s (job, slot, attempts, attempt_limit, retries)
+    SELECT p_job, p_slot, greatest(1, p_attempt), 1 + p_retries, p_retries
+    WHERE p_slot IS NOT NULL
+    ON CONFLICT (job, slot) DO UPDATE SET attempts = CASE
+        WHEN s.succeeded_run_id IS NULL AND s.closed_at IS NULL
+            THEN greatest(s.attempts + 1, p_attempt)
+        ELSE s.attempt_limit + 1 END
+    RETURNING attempts, attempt_limit
+), started AS (
+    INSERT INTO {schema}.runs
+        (job, slot, mode, holder, holder_pid, fencing_token, command, started_at, outcome,
+         attempt, manual, claim_digest, seat)
+    SELECT p_job, p_slot, p_mode, p_holder, p_holder_pid, p_fencing_token,
+           p_command, clock_timestamp(), 'running',
+           coalesce((SELECT attempts FROM opened), p_attempt),
+           p_slot IS NULL AND EXISTS (
+               SELECT 1 FROM {schema}.jobs WHERE job = p_job AND schedule IS NOT NULL),
+           sha256(convert_to(p_holder_id, 'UTF8')), (SELECT seat FROM claim)
+    RETURNING id, started_at, attempt,
+              coalesce((SELECT attempt_limit FROM opened), 1 + p_retries) AS limit_
+), latest_abandoned AS (
+    SELECT * FROM abandoned ORDER BY id DESC LIMIT 1
+), summary AS (
+    INSERT INTO {schema}.jobs AS j
+        (job, mode, schedule, timezone, last_slot, next_slot, grace, last_run_id,
+         last_started_at, last_holder, last_finished_run_id, last_finished_at, last_outcome,
+         last_duration, outcome_counts, consecutive_failures, last_attempt, attempt_limit)
+    SELECT p_job, p_mode, p_schedule, p_timezone, p_slot, p_next_slot, p_grace,
+           s.id, s.started_at, p_holder,
+           a.id, a.finished_at, CASE WHEN a.id IS NOT NULL THEN 'abandoned' END, a.duration,
+           CASE WHEN a.id IS NOT NULL
+                THEN jsonb_build_object('abandoned', (SELECT count(*) FROM abandoned))
+                ELSE '{{}}' END,
+           (SELECT count(*) FROM abandoned), s.attempt, s.limit_
+    FROM started s LEFT JOIN latest_abandoned a ON true
+    ON CONFLICT (job) DO UPDATE SET
+        mode = excluded.mode,
+        -- A run without --schedule (by hand) leaves the job's schedule and slots alone.
+        schedule = CASE WHEN excluded.last_slot IS NULL THEN j.schedule
+                        ELSE excluded.schedule END,
+        timezone = CASE WHEN excluded.last_slot IS NULL THEN j.timezone
+                        ELSE excluded.timezone END,
+        -- A run of an older slot that got the lock late (--wait) must not move the slots
+        -- back, unless the schedule itself changed.
+        last_slot = CASE WHEN excluded.last_slot IS NULL THEN j.last_slot
+                         WHEN excluded.last_slot < j.last_slot
+                          AND (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
+                         THEN j.last_slot ELSE excluded.last_slot END,
+        next_slot = CASE WHEN excluded.last_slot IS NULL THEN j.next_slot
+                         WHEN excluded.last_slot < j.last_slot
+                          AND (j.schedule, j.timezone) = (excluded.schedule, excluded.timezone)
+                         THEN j.next_slot ELSE excluded.next_slot END,
+        grace = CASE WHEN excluded.last_slot IS NULL THEN j.grace ELSE excluded.grace END,
+        forgotten_at = NULL,
+        last_attempt = excluded.last_attempt, attempt_limit = excluded.attempt_limit,
+        consecutive_failures = j.consecutive_failures + (SELECT count(*) FROM abandoned),
+        last_run_id = excluded.last_run_id, last_started_at = excluded.last_started_at,
+        last_holder = excluded.last_holder,
+        last_finished_run_id = coalesce(excluded.last_finished_run_id, j.last_finished_run_id),
+        last_finished_at = coalesce(excluded.last_finished_at, j.last_finished_at),
+        last_outcome = coalesce(excluded.last_outcome, j.last_outcome),
+        last_exit_code = CASE WHEN excluded.last_finished_run_id IS NOT NULL THEN NULL
+                              ELSE j.last_exit_code END,
+        last_duration = coalesce(excluded.last_duration, j.last_duration),
+        outcome_counts = CASE WHEN excluded.last_finished_run_id IS NULL THEN j.outcome_counts
+            ELSE j.outcome_counts || jsonb_build_object('abandoned',
+                coalesce((j.outcome_counts ->> 'abandoned')::bigint, 0)
+                + (SELECT count(*) FROM abandoned)) END
+)
+SELECT id, started_at, attempt, limit_ FROM started
+$$;
+
+-- acquire: take the job's lock, or with p_limit > 1 the lowest free of its seats, and
+-- record the run's start.
+-- The rules of docs/lease.md ("Semaphores" for the seats); when taken and p_command is
+-- not NULL, the run is recorded as started: one statement for a winner, and for a loser,
+-- which learns why it lost and whom it waits for. A slot that is done is done even after
+-- its last run released the lock; a paused job (or every job paused, the empty name) is
+-- skipped. In advisory mode the caller's session must hold the job's session lock, which
+-- proves an unreleased advisory row's holder gone. It acts only when the caller's version
+-- is the schema's: an older pglock asks for an upgrade, a newer schema refuses an older
+-- pglock (it returns the version alone).
+-- Schedules, round two (docs/schedules.md): a final loser of a slot (p_final: it will not
+-- try again) that finds the lock held by a run of an older slot counts the slot as
+-- skipped while running, once per slot however many hosts lose it (was_running says so
+-- to each of them). A winner given catch-up candidates (p_backlog, oldest first) learns
+-- which have no run yet since the job's last slot (missed_slots) and that slot
+-- (prior_slot); it then records no start of its own slot, whose run comes after them.
+-- Slots that went by while the job was paused are not caught up.
+CREATE OR REPLACE FUNCTION {schema}.acquire(
+    p_version integer, p_job text, p_mode text, p_holder text, p_holder_pid integer,
+    p_holder_id text, p_ttl interval, p_slot timestamptz, p_handover_from bigint,
+    p_rerun boolean, p_command text, p_schedule text, p_timezone text,
+    p_next_slot timestamptz, p_grace interval, p_retries integer, p_attempt integer,
+    p_limit integer, p_final boolean, p_backlog timestamptz[], p_windows text[])
+RETURNS TABLE (schema_version integer, session_held boolean, slot_ran boolean,
+               is_paused boolean, token bigint, first_handover bigint, held_by text,
+               run_id bigint, run_started_at timestamptz, run_attempt integer,
+               run_attempt_limit integer, seat integer, was_running boolean,
+               missed_slots timestamptz[], prior_slot timestamptz)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_version integer;
+    v_held boolean := p_mode = 'lease';
+    v_seat integer;
+    v_own integer;
+    v_incarnation text;
+    v_timeline record;
+    -- A job (or seat) with no row waits out a promotion's window too (docs/ha.md).
+    v_no_row_waits boolean;
+BEGIN
+    SELECT value::integer INTO v_version FROM {schema}.meta WHERE key = 'version';
+    schema_version := v_version;
+    IF v_version IS DISTINCT FROM p_version THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF p_mode = 'advisory' THEN
+        v_held := {schema}.session_holds(p_job);
+        v_incarnation := {schema}.incarnation();
+    END IF;
+    session_held := v_held;
+    IF NOT v_held THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    PERFORM set_config('synchronous_commit', 'on', true);
+    -- After a promotion (docs/ha.md, "Asynchronous replication"): a row last written
+    -- under an older timeline may hide a holder whose writes the old primary lost, so it
+    -- is taken by nobody else until the larger ttl has passed since this timeline was
+    -- first seen; that holder stops at its next renewal, before. A job with no row waits
+    -- as long (a lost first acquisition leaves none), unless the schema never saw a
+    -- promotion. On the first timeline, and after a restart, nothing waits.
+    SELECT * INTO v_timeline FROM {schema}.sighting();
+    v_no_row_waits := v_timeline.promoted
+                      AND clock_timestamp() < v_timeline.first_seen + p_ttl;
+    -- A run without an attempt number is an older pglock's: for those, one run per slot.
+    slot_ran := p_slot IS NOT NULL AND (
+        EXISTS (SELECT 1 FROM {schema}.slots WHERE job = p_job AND slot = p_slot
+                AND (succeeded_run_id IS NOT NULL OR closed_at IS NOT NULL
+                     OR attempts >= attempt_limit))
+        OR EXISTS (SELECT 1 FROM {schema}.runs WHERE job = p_job AND slot = p_slot
+                   AND attempt IS NULL));
+    is_paused := EXISTS (SELECT 1 FROM {schema}.pauses WHERE job IN (p_job, '')
+                         AND (until IS NULL OR until > clock_timestamp()));
+    IF NOT slot_ran AND NOT is_paused AND p_limit > 1 THEN
+        -- A semaphore: the lowest seat free (or expired, or in its hold for a
+        -- contender that waited or a rerun), while no plain lock of the job is held.
+        -- Contenders try the seats in the same order, so they queue on a row each.
+        IF NOT EXISTS (SELECT 1 FROM {schema}.locks WHERE job = p_job
+                       AND expires_at > clock_timestamp()) THEN
+            -- A claim that holds a seat already (a resent statement) keeps that one.
+            SELECT s.seat INTO v_own FROM {schema}.seats s
+            WHERE s.job = p_job AND s.holder_id = p_holder_id AND s.cleared_at IS NULL
+              AND s.expires_at > clock_timestamp();
+            FOR v_seat IN SELECT g FROM generate_series(1, p_limit) g
+                          WHERE v_own IS NULL OR g = v_own ORDER BY g LOOP
+                INSERT INTO {schema}.seats AS s
+                    (job, seat, seat_limit, mode, holder, holder_pid, holder_id,
+                     fencing_token, ttl, acquired_at, renewed_at, expires_at, timeline)
+                SELECT p_job, v_seat, p_limit, p_mode, p_holder, p_holder_pid,
+                       p_holder_id, {schema}.next_token(NULL, v_timeline.timeline), p_ttl,
+                       clock_timestamp(), clock_timestamp(), clock_timestamp() + p_ttl,
+                       v_timeline.timeline
+                WHERE NOT v_no_row_waits OR EXISTS (
+                    SELECT 1 FROM {schema}.seats WHERE job = p_job AND seat = v_seat)
+                ON CONFLICT (job, seat) DO UPDATE SET
+                    seat_limit = excluded.seat_limit, mode = excluded.mode,
+                    holder = excluded.holder, holder_pid = excluded.holder_pid,
+                    holder_id = excluded.holder_id,
+                    fencing_token = {schema}.next_token(s.fencing_token, excluded.timeline),
+                    ttl = excluded.ttl, acquired_at = excluded.acquired_at,
+                    renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
+                    released_at = NULL, cleared_at = NULL, cleared_by = NULL,
+                    stop_requested_at = NULL, stop_requested_by = NULL,
+                    stop_reason = NULL, timeline = excluded.timeline
+                WHERE (s.expires_at <= clock_timestamp()
+                       OR s.holder_id = excluded.holder_id
+                       OR (s.released_at IS NOT NULL
+                           AND (p_rerun OR p_handover_from IS NOT NULL)))
+                  -- A seat from before a promotion: as the lock below.
+                  AND ((s.holder_id = excluded.holder_id AND s.expires_at > clock_timestamp())
+                       OR coalesce(s.timeline, 0) >= excluded.timeline
+                       OR clock_timestamp() >= v_timeline.first_seen + greatest(s.ttl, p_ttl))
+                RETURNING s.fencing_token INTO token;
+                IF token IS NOT NULL THEN
+                    seat := v_seat;
+                    EXIT;
+                END IF;
+            END LOOP;
+        END IF;
+        IF token IS NULL THEN
+            -- Any value lets a waiter take a seat in its hold on its next try.
+            first_handover := 0;
+            SELECT string_agg(s.holder, ', ' ORDER BY s.seat) INTO held_by
+            FROM {schema}.seats s
+            WHERE s.job = p_job AND s.expires_at > clock_timestamp();
+            RETURN NEXT;
+            RETURN;
+        END IF;
+    ELSIF NOT slot_ran AND NOT is_paused
+          -- A semaphore's seats held: a plain run of the job waits for them.
+          AND NOT EXISTS (SELECT 1 FROM {schema}.seats WHERE job = p_job
+                           AND expires_at > clock_timestamp()) THEN
+        INSERT INTO {schema}.locks AS l
+            (job, mode, holder, holder_pid, holder_id, fencing_token, ttl,
+             acquired_at, renewed_at, expires_at, backend_pid, incarnation, timeline,
+             stops_by)
+        SELECT p_job, p_mode, p_holder, p_holder_pid, p_holder_id,
+               {schema}.next_token(NULL, v_timeline.timeline), p_ttl,
+               clock_timestamp(), clock_timestamp(), clock_timestamp() + p_ttl,
+               CASE WHEN p_mode = 'advisory' THEN pg_backend_pid() END, v_incarnation,
+               v_timeline.timeline,
+               CASE WHEN p_mode = 'advisory'
+                    THEN clock_timestamp() + {schema}.advisory_horizon(p_ttl) END
+        WHERE NOT v_no_row_waits OR EXISTS (SELECT 1 FROM {schema}.locks WHERE job = p_job)
+        ON CONFLICT (job) DO UPDATE SET
+            mode = excluded.mode, holder = excluded.holder, holder_pid = excluded.holder_pid,
+            holder_id = excluded.holder_id,
+            fencing_token = {schema}.next_token(l.fencing_token, excluded.timeline),
+            ttl = excluded.ttl, acquired_at = excluded.acquired_at,
+            renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
+            released_at = NULL, backend_pid = excluded.backend_pid,
+            incarnation = excluded.incarnation, cleared_at = NULL, cleared_by = NULL,
+            stop_requested_at = NULL, stop_requested_by = NULL, stop_reason = NULL,
+            timeline = excluded.timeline, stops_by = excluded.stops_by
+        WHERE (l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
+               -- Holding the advisory lock proves an unreleased advisory row's holder has
+               -- lost its session, on the server (and in the life of its lock table) that
+               -- granted and last confirmed it; the row is taken once that holder has
+               -- stopped its command too (stops_by: docs/advisory.md, "The
+               -- lock-delay"). Stamped by any other server, the row is a lease: its
+               -- holder may be alive, reconnecting to take its session lock back (retake).
+               OR (p_mode = 'advisory' AND l.mode = 'advisory' AND l.cleared_at IS NULL
+                   AND l.released_at IS NULL AND l.incarnation = v_incarnation
+                   AND coalesce(l.stops_by, l.expires_at) <= clock_timestamp())
+               -- Released but in its hold: only a handover to a contender that waited for
+               -- this holder (or an earlier one), or a deliberate rerun.
+               OR (l.released_at IS NOT NULL
+                   AND (p_rerun OR l.fencing_token >= p_handover_from)))
+          -- Last written under an older timeline: nobody else before the window's end,
+          -- and its own holder (an acquire sent again after a cut) only while it has not
+          -- expired: an expired row may hide a takeover the old primary lost, whose holder
+          -- still runs (found by the model: docs/model.md, mutant RESEND_ANYTIME).
+          AND ((l.holder_id = excluded.holder_id AND l.expires_at > clock_timestamp())
+               OR coalesce(l.timeline, 0) >= excluded.timeline
+               OR clock_timestamp() >= v_timeline.first_seen + greatest(l.ttl, p_ttl))
+        RETURNING l.fencing_token INTO token;
+    END IF;
+    IF token IS NULL THEN
+        -- The first holder a contender that starts waiting now may take over from at its
+        -- release: the one running, or (released, in its hold) whoever takes it next.
+        SELECT CASE WHEN released_at IS NULL THEN fencing_token ELSE fencing_token + 1 END,
+               CASE WHEN expires_at > clock_timestamp() THEN holder END
+        INTO first_handover, held_by
+        FROM {schema}.locks WHERE job = p_job;
+        IF p_slot IS NOT NULL AND NOT slot_ran AND NOT is_paused AND held_by IS NOT NULL THEN
+            -- Held by a run of an older slot (or its retries): this slot is skipped while
+            -- running. Counted by the first final loser only (the others find the slot
+            -- counted, after waiting for its row): one index lookup for the rest.
+            -- (Not when the holder catches up before running this very slot: its acquire
+            -- opened this slot's row.)
+            was_running := EXISTS (SELECT 1 FROM {schema}.jobs
+                                   WHERE job = p_job AND last_slot < p_slot)
+                AND NOT EXISTS (SELECT 1 FROM {schema}.slots
+                                WHERE job = p_job AND slot = p_slot);
+            IF was_running AND p_final THEN
+                UPDATE {schema}.jobs SET
+                    skipped_running = coalesce(skipped_running, 0) + 1,
+                    skipped_running_slot = p_slot,
+                    skipped_running_streak = coalesce(skipped_running_streak, 0) + 1
+                WHERE job = p_job AND last_slot < p_slot
+                  AND (skipped_running_slot IS NULL OR skipped_running_slot < p_slot);
+            END IF;
+        END IF;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    IF p_backlog IS NOT NULL THEN
+        -- Only against the same schedule: a new expression starts afresh.
+        SELECT j.last_slot INTO prior_slot FROM {schema}.jobs j
+        WHERE j.job = p_job AND j.schedule = p_schedule AND j.timezone = p_timezone;
+        missed_slots := ARRAY(
+            SELECT c FROM unnest(p_backlog) c
+            WHERE c > prior_slot AND c < p_slot
+              AND NOT EXISTS (SELECT 1 FROM {schema}.slots s
+                              WHERE s.job = p_job AND s.slot = c AND s.attempts > 0)
+              AND NOT EXISTS (SELECT 1 FROM {schema}.runs r
+                              WHERE r.job = p_job AND r.slot = c)
+              -- Not while paused (an expired pause's row stays), nor before a resume.
+              AND NOT EXISTS (SELECT 1 FROM {schema}.pauses p
+                              WHERE p.job IN (p_job, '') AND c >= p.paused_at
+                                AND (p.until IS NULL OR c < p.until))
+              AND c > coalesce((SELECT max(a.at) FROM {schema}.audit a
+                                WHERE (a.job = p_job OR a.job IS NULL)
+                                  AND a.action = 'resume'), '-infinity')
+            ORDER BY c);
+        IF cardinality(missed_slots) > 0 THEN
+            -- This slot's run comes after the catch-up: its row, opened with the lock,
+            -- tells the hosts that lose meanwhile that it is not skipped.
+            INSERT INTO {schema}.slots (job, slot, attempts, attempt_limit, retries)
+            VALUES (p_job, p_slot, 0, 1 + p_retries, p_retries)
+            ON CONFLICT (job, slot) DO NOTHING;
+        END IF;
+    END IF;
+    IF p_command IS NOT NULL AND coalesce(cardinality(missed_slots), 0) = 0 THEN
+        SELECT s.run_id, s.started_at, s.attempt, s.attempt_limit
+        INTO run_id, run_started_at, run_attempt, run_attempt_limit
+        FROM {schema}.record_start(p_job, p_slot, p_mode, p_holder, p_holder_pid,
+                                   p_holder_id, token, p_command, p_schedule, p_timezone,
+                                   p_next_slot, p_grace, p_retries, p_attempt) s;
+    END IF;
+    IF p_slot IS NOT NULL THEN
+        -- The job's windows as this run gives them (status reads them); written only when
+        -- they change.
+        UPDATE {schema}.jobs SET windows = p_windows
+        WHERE job = p_job AND windows IS DISTINCT FROM p_windows;
+    END IF;
+    RETURN NEXT;
+END
+$$;
+
+-- catch_up: what a winner that catches up (--catch-up) records before its first run: the
+-- slots it will run, marked caught up (their rows open with no attempt yet, so that
+-- history tells them apart), and the slots it gives up, older than its limit or
+-- deadline (a count, and the newest of them). Only under the lock the caller holds.
+CREATE OR REPLACE FUNCTION {schema}.catch_up(
+    p_job text, p_holder_id text, p_fencing_token bigint, p_slots timestamptz[],
+    p_retries integer, p_skipped integer, p_skipped_latest timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM 1 FROM {schema}.locks
+    WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp();
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    PERFORM set_config('synchronous_commit', 'on', true);
+    INSERT INTO {schema}.slots (job, slot, attempts, attempt_limit, retries, caught_up)
+    SELECT p_job, c, 0, 1 + p_retries, p_retries, true FROM unnest(p_slots) c
+    ON CONFLICT (job, slot) DO UPDATE SET caught_up = true;
+    IF p_skipped > 0 THEN
+        UPDATE {schema}.jobs SET
+            catch_up_skipped = coalesce(catch_up_skipped, 0) + p_skipped,
+            catch_up_skipped_slot = greatest(catch_up_skipped_slot, p_skipped_latest)
+        WHERE job = p_job;
+    END IF;
+    RETURN true;
+END
+$$;
+
+-- start_run: the start of a further attempt (--retries) under a lock or seat the caller
+-- still holds. Sent again after a cut (a restart, a failover, a terminated backend), it
+-- returns the start that committed unseen: a run of the caller's claim and of this
+-- attempt still running is that one (each earlier attempt's end was recorded before it),
+-- which a second start record would mark abandoned, spending one of the slot's attempts
+-- on nothing.
+CREATE OR REPLACE FUNCTION {schema}.start_run(
+    p_job text, p_holder_id text, p_fencing_token bigint, p_command text,
+    p_slot timestamptz, p_schedule text, p_timezone text, p_next_slot timestamptz,
+    p_grace interval, p_retries integer, p_attempt integer)
+RETURNS TABLE (run_id bigint, started_at timestamptz, attempt integer, attempt_limit integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_lock record;
+BEGIN
+    SELECT mode, holder, holder_pid INTO v_lock FROM {schema}.locks
+    WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp();
+    IF NOT FOUND THEN
+        SELECT mode, holder, holder_pid INTO v_lock FROM {schema}.seats
+        WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+          AND cleared_at IS NULL AND released_at IS NULL
+          AND expires_at > clock_timestamp();
+    END IF;
+    IF NOT FOUND THEN
+        RAISE EXCEPTION 'the lock of this job is no longer held by this run'
+            USING ERRCODE = 'P0002';
+    END IF;
+    RETURN QUERY
+        SELECT r.id, r.started_at, r.attempt,
+               coalesce((SELECT s.attempt_limit FROM {schema}.slots s
+                         WHERE s.job = r.job AND s.slot = r.slot), 1 + p_retries)
+        FROM {schema}.runs r
+        WHERE r.job = p_job AND r.outcome = 'running' AND r.attempt = p_attempt
+          AND r.slot IS NOT DISTINCT FROM p_slot AND r.fencing_token = p_fencing_token
+          AND r.claim_digest = sha256(convert_to(p_holder_id, 'UTF8'));
+    IF FOUND THEN
+        RETURN;
+    END IF;
+    PERFORM set_config('synchronous_commit', 'on', true);
+    RETURN QUERY SELECT * FROM {schema}.record_start(
+        p_job, p_slot, v_lock.mode, v_lock.holder, v_lock.holder_pid, p_holder_id,
+        p_fencing_token, p_command, p_schedule, p_timezone, p_next_slot, p_grace,
+        p_retries, p_attempt);
+END
+$$;
+
+-- renew: push the expiry out by the ttl while the lock or seat is still the caller's.
+-- Only while the row still carries the caller's claim and has not been cleared (in
+-- advisory mode, only while this very session holds the session lock); says whether an
+-- operator asked for the command to stop (`pglock stop`).
+CREATE OR REPLACE FUNCTION {schema}.renew(
+    p_job text, p_holder_id text, p_fencing_token bigint, p_advisory boolean)
+RETURNS TABLE (held boolean, renewed boolean, expires timestamptz, stop boolean, why text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    held := NOT p_advisory OR {schema}.session_holds(p_job);
+    renewed := false;
+    stop := false;
+    IF held THEN
+        PERFORM set_config('synchronous_commit', 'on', true);
+        -- In advisory mode this session holds the lock: on this server, in this life.
+        UPDATE {schema}.locks
+        SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
+            incarnation = CASE WHEN p_advisory THEN {schema}.incarnation()
+                               ELSE incarnation END,
+            timeline = {schema}.restamp(timeline, expires_at),
+            stops_by = CASE WHEN p_advisory
+                            THEN clock_timestamp() + {schema}.advisory_horizon(ttl) END
+        WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+          AND cleared_at IS NULL
+        RETURNING expires_at, stop_requested_at IS NOT NULL,
+                  coalesce(stop_reason, 'no reason given') || ' (by ' || stop_requested_by
+                  || ')'
+        INTO expires, stop, why;
+        renewed := FOUND;
+        IF NOT renewed THEN
+            UPDATE {schema}.seats
+            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
+                timeline = {schema}.restamp(timeline, expires_at)
+            WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+              AND cleared_at IS NULL
+            RETURNING expires_at, stop_requested_at IS NOT NULL,
+                      coalesce(stop_reason, 'no reason given') || ' (by ' || stop_requested_by
+                      || ')'
+            INTO expires, stop, why;
+            renewed := FOUND;
+        END IF;
+        stop := coalesce(stop, false);
+    END IF;
+    RETURN NEXT;
+END
+$$;
+
+-- retake: an advisory holder whose session ended (a restart, a crash, a failover, a
+-- broken connection) takes its session lock back on its new session and renews its row
+-- (stamping the incarnation answering now), in one statement. Not taken: a contender's
+-- session holds the lock for the moment (it gives it back, finding the row ours), and
+-- `renewed` says whether the row is still the caller's (then: try again), or not (lost).
+-- A lock taken for a row no longer the caller's is given back at once.
+CREATE OR REPLACE FUNCTION {schema}.retake(
+    p_job text, p_holder_id text, p_fencing_token bigint)
+RETURNS TABLE (taken boolean, held boolean, renewed boolean, expires timestamptz,
+               stop boolean, why text)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    -- Session locks stack: taken once.
+    taken := {schema}.session_holds(p_job)
+             OR pg_try_advisory_lock({schema}.advisory_key(p_job));
+    IF NOT taken THEN
+        held := false;
+        renewed := {schema}.holds(p_job, p_holder_id, p_fencing_token);
+        stop := false;
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    SELECT r.held, r.renewed, r.expires, r.stop, r.why INTO held, renewed, expires, stop, why
+    FROM {schema}.renew(p_job, p_holder_id, p_fencing_token, true) r;
+    IF renewed THEN
+        UPDATE {schema}.locks SET backend_pid = pg_backend_pid()
+        WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token;
+    ELSE
+        PERFORM pg_advisory_unlock({schema}.advisory_key(p_job));
+    END IF;
+    RETURN NEXT;
+END
+$$;
+
+-- release: let the lock or seat expire now, or at acquisition + p_min_hold if later.
+-- With p_close_slot, no further attempt of that slot (an operator's stop between
+-- attempts). False: it was no longer the caller's (cleared, or taken over after it
+-- expired).
+CREATE OR REPLACE FUNCTION {schema}.release(
+    p_job text, p_holder_id text, p_fencing_token bigint, p_min_hold interval,
+    p_close_slot timestamptz)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_ours boolean;
+BEGIN
+    PERFORM set_config('synchronous_commit', 'on', true);
+    UPDATE {schema}.locks
+    SET expires_at = greatest(clock_timestamp(), acquired_at + p_min_hold),
+        released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
+    WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+      AND cleared_at IS NULL;
+    v_ours := FOUND;
+    IF NOT v_ours THEN
+        UPDATE {schema}.seats
+        SET expires_at = greatest(clock_timestamp(), acquired_at + p_min_hold),
+            released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
+        WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+          AND cleared_at IS NULL;
+        v_ours := FOUND;
+    END IF;
+    IF v_ours AND p_close_slot IS NOT NULL THEN
+        UPDATE {schema}.slots SET closed_at = clock_timestamp()
+        WHERE job = p_job AND slot = p_close_slot AND closed_at IS NULL;
+    END IF;
+    RETURN v_ours;
+END
+$$;
+
+-- finish: the end of a run and the release of its lock or seat, in one transaction.
+-- Nobody sees the lock free before the run has ended. With p_keep, the lock is renewed
+-- for the next attempt instead, unless an operator asked for a stop (then it goes at once
+-- and the slot closes). A release that finds the lock no longer the caller's records the
+-- run as lock_lost. A run marked abandoned by a takeover may still finish and tell the
+-- truth; its abandoned count is then taken back. Only the newest finished run sets the
+-- summary's last_*. It returns the job's last outcome as it was before, so a recovery is
+-- known at once.
+CREATE OR REPLACE FUNCTION {schema}.finish(
+    p_run_id bigint, p_job text, p_holder_id text, p_fencing_token bigint,
+    p_min_hold interval, p_keep boolean, p_duration interval, p_exit_code integer,
+    p_signal integer, p_outcome text, p_error text, p_output_tail bytea, p_closes boolean,
+    p_hopeless boolean, p_error_line text, p_lost_error text, p_lost_error_line text,
+    p_expected text DEFAULT NULL)
+RETURNS TABLE (ours boolean, kept boolean, recorded boolean, previous_outcome text,
+               newest boolean)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_stop boolean := false;
+    v_outcome text := p_outcome;
+    v_error text := p_error;
+    v_closes boolean := p_closes;
+    v_hopeless boolean := p_hopeless;
+    v_error_line text := p_error_line;
+    -- The duration histogram's bounds (seconds; migration 006).
+    v_bounds float8[] := (SELECT value::float8[] FROM {schema}.meta
+                          WHERE key = 'duration_bounds');
+BEGIN
+    PERFORM set_config('synchronous_commit', 'on', true);
+    kept := false;
+    IF p_keep THEN
+        UPDATE {schema}.locks
+        SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
+            timeline = {schema}.restamp(timeline, expires_at),
+            stops_by = CASE WHEN mode = 'advisory'
+                            THEN clock_timestamp() + {schema}.advisory_horizon(ttl) END
+        WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+          AND cleared_at IS NULL
+        RETURNING stop_requested_at IS NOT NULL INTO v_stop;
+        ours := FOUND;
+        IF NOT ours THEN
+            UPDATE {schema}.seats
+            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
+                timeline = {schema}.restamp(timeline, expires_at)
+            WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+              AND cleared_at IS NULL
+            RETURNING stop_requested_at IS NOT NULL INTO v_stop;
+            ours := FOUND;
+        END IF;
+        kept := ours AND NOT v_stop;
+    END IF;
+    IF NOT p_keep OR v_stop THEN
+        UPDATE {schema}.locks
+        SET expires_at = greatest(clock_timestamp(),
+                                  acquired_at + CASE WHEN v_stop THEN interval '0'
+                                                     ELSE p_min_hold END),
+            released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
+        WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+          AND cleared_at IS NULL;
+        ours := FOUND;
+        IF NOT ours THEN
+            UPDATE {schema}.seats
+            SET expires_at = greatest(clock_timestamp(),
+                                      acquired_at + CASE WHEN v_stop THEN interval '0'
+                                                         ELSE p_min_hold END),
+                released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
+            WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+              AND cleared_at IS NULL;
+            ours := FOUND;
+        END IF;
+        IF v_stop THEN
+            v_closes := true;
+        END IF;
+    END IF;
+    IF NOT ours AND p_outcome <> 'lock_lost' THEN
+        v_outcome := 'lock_lost';
+        v_error := p_lost_error;
+        v_closes := false;
+        v_hopeless := false;
+        v_error_line := p_lost_error_line;
+    END IF;
+    recorded := false;
+    newest := false;
+    WITH previous AS (
+        SELECT id, job, outcome FROM {schema}.runs
+        WHERE id = p_run_id AND job = p_job
+          AND claim_digest = sha256(convert_to(p_holder_id, 'UTF8'))
+          AND outcome IN ('running', 'abandoned')
+        FOR UPDATE
+    ), before AS (
+        SELECT j.job, j.last_outcome FROM {schema}.jobs j JOIN previous p ON j.job = p.job
+    ), finished AS (
+        UPDATE {schema}.runs r
+        SET finished_at = r.started_at + p_duration, duration = p_duration,
+            exit_code = p_exit_code, signal = p_signal, outcome = v_outcome,
+            error = v_error, output_tail = p_output_tail, expected = p_expected
+        FROM previous p, {schema}.jobs j WHERE r.id = p.id AND j.job = r.job
+        RETURNING r.id, r.job, r.slot, r.finished_at, r.duration, r.exit_code, r.outcome,
+                  p.outcome AS was, r.id >= coalesce(j.last_finished_run_id, 0) AS newer
+    ), slot_end AS (
+        -- The slot is dead when this attempt failed and no other may follow: its attempts
+        -- are spent, or it ended in a way no retry fixes.
+        UPDATE {schema}.slots s SET
+            succeeded_run_id = CASE WHEN f.outcome = 'succeeded' THEN f.id
+                                    ELSE s.succeeded_run_id END,
+            closed_at = CASE WHEN v_closes THEN clock_timestamp() ELSE s.closed_at END
+        FROM finished f WHERE s.job = f.job AND s.slot = f.slot
+        RETURNING s.job, s.slot, s.attempts,
+                  f.outcome NOT IN ('succeeded', 'stopped') AND s.attempt_limit > 1
+                  AND (s.attempts >= s.attempt_limit OR v_hopeless) AS dead
+    )
+    UPDATE {schema}.jobs j SET
+        last_finished_run_id = CASE WHEN f.newer THEN f.id ELSE j.last_finished_run_id END,
+        last_finished_at = CASE WHEN f.newer THEN f.finished_at ELSE j.last_finished_at END,
+        last_outcome = CASE WHEN f.newer THEN f.outcome ELSE j.last_outcome END,
+        last_exit_code = CASE WHEN f.newer THEN f.exit_code ELSE j.last_exit_code END,
+        last_duration = CASE WHEN f.newer THEN f.duration ELSE j.last_duration END,
+        -- An abandoned run was counted as a failure when it was marked so.
+        consecutive_failures = CASE WHEN NOT f.newer THEN j.consecutive_failures
+                                    WHEN f.outcome = 'succeeded' THEN 0
+                                    WHEN f.was = 'abandoned' THEN j.consecutive_failures
+                                    ELSE j.consecutive_failures + 1 END,
+        last_success_at = CASE WHEN f.outcome = 'succeeded'
+                               THEN greatest(f.finished_at, j.last_success_at)
+                               ELSE j.last_success_at END,
+        outcome_counts = j.outcome_counts
+            || jsonb_build_object(f.outcome,
+                                  coalesce((j.outcome_counts ->> f.outcome)::bigint, 0) + 1)
+            || CASE WHEN f.was = 'abandoned'
+                    THEN jsonb_build_object('abandoned', greatest(0,
+                             coalesce((j.outcome_counts ->> 'abandoned')::bigint, 0) - 1))
+                    ELSE '{{}}'::jsonb END,
+        -- Dead until a later success or a replay.
+        dead_slot = CASE WHEN NOT f.newer THEN j.dead_slot WHEN d.dead THEN d.slot
+                         WHEN f.outcome = 'succeeded' THEN NULL ELSE j.dead_slot END,
+        dead_attempts = CASE WHEN NOT f.newer THEN j.dead_attempts WHEN d.dead THEN d.attempts
+                             WHEN f.outcome = 'succeeded' THEN NULL ELSE j.dead_attempts END,
+        dead_error = CASE WHEN NOT f.newer THEN j.dead_error WHEN d.dead THEN v_error_line
+                          WHEN f.outcome = 'succeeded' THEN NULL ELSE j.dead_error END,
+        -- Slots skipped in a row while runs outlasted their interval: back to none once
+        -- a run ends that skipped no slot (none newer than its own was skipped).
+        skipped_running_streak = CASE WHEN f.newer AND f.slot IS NOT NULL
+                                       AND (j.skipped_running_slot IS NULL
+                                            OR j.skipped_running_slot <= f.slot)
+                                      THEN 0 ELSE j.skipped_running_streak END,
+        -- The duration histogram (metrics): every run whose end its holder records, once
+        -- (an abandoned one, not counted when marked so, when its end arrives late).
+        -- Counters: pglock prune, which deletes runs, leaves them as they are.
+        duration_buckets = CASE WHEN f.duration IS NULL THEN j.duration_buckets ELSE ARRAY(
+            SELECT coalesce(u.runs, 0) + (f.duration <= make_interval(secs => u.bound))::int
+            FROM unnest(j.duration_buckets, v_bounds) WITH ORDINALITY AS u(runs, bound, k)
+            ORDER BY u.k) END,
+        duration_count = CASE WHEN f.duration IS NULL THEN j.duration_count
+                              ELSE coalesce(j.duration_count, 0) + 1 END,
+        duration_sum = CASE WHEN f.duration IS NULL THEN j.duration_sum
+                            ELSE coalesce(j.duration_sum, 0)
+                                 + extract(epoch FROM f.duration)::float8 END,
+        runs_shorter = coalesce(j.runs_shorter, 0)
+                       + coalesce(p_expected = 'shorter', false)::int,
+        runs_longer = coalesce(j.runs_longer, 0) + coalesce(p_expected = 'longer', false)::int
+    FROM finished f JOIN before b ON b.job = f.job LEFT JOIN slot_end d ON d.job = f.job
+    WHERE j.job = f.job
+    RETURNING true, b.last_outcome, f.newer INTO recorded, previous_outcome, newest;
+    recorded := coalesce(recorded, false);
+    newest := coalesce(newest, false);
+    RETURN NEXT;
+END
+$$;
+
+-- note: what happened after the end was recorded (a failed hook), added to its error.
+CREATE OR REPLACE FUNCTION {schema}.note(p_run_id bigint, p_holder_id text, p_note text)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    UPDATE {schema}.runs SET error = concat_ws('; ', error, p_note)
+    WHERE id = p_run_id AND claim_digest = sha256(convert_to(p_holder_id, 'UTF8'));
+    RETURN FOUND;
+END
+$$;
+
+-- holds: whether a claim still holds the job's lock or one of its seats.
+-- The claim is a holder id and fencing token, as a nested `pglock run` inherits them;
+-- held means not released, cleared or expired. A reentrant run asks it before running
+-- its command under that lock; a runner cannot read holder ids itself.
+CREATE OR REPLACE FUNCTION {schema}.holds(
+    p_job text, p_holder_id text, p_fencing_token bigint)
+RETURNS boolean
+LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT EXISTS (SELECT 1 FROM {schema}.locks
+                   WHERE job = p_job AND holder_id = p_holder_id
+                     AND fencing_token = p_fencing_token AND cleared_at IS NULL
+                     AND released_at IS NULL AND expires_at > clock_timestamp())
+        OR EXISTS (SELECT 1 FROM {schema}.seats
+                   WHERE job = p_job AND holder_id = p_holder_id
+                     AND fencing_token = p_fencing_token AND cleared_at IS NULL
+                     AND released_at IS NULL AND expires_at > clock_timestamp())
+$$;
+
+-- note_windows: the job's --window list, recorded by a trigger that skips inside one (as
+-- acquire records it for a trigger that runs), so that status and check know a window
+-- from its first trigger, even one added while inside it. Writes only on a change.
+CREATE OR REPLACE FUNCTION {schema}.note_windows(p_job text, p_windows text[])
+RETURNS void
+LANGUAGE sql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    UPDATE {schema}.jobs SET windows = p_windows
+    WHERE job = p_job AND windows IS DISTINCT FROM p_windows;
+$$;
+
+-- fence: the fencing guard of a command that writes to this database (docs/lease.md,
+-- "Fencing"), run first in its own transaction: whether its claim (the holder id and
+-- token in its environment) still holds the job's lock or a seat, the row then
+-- share-locked until that transaction ends, so a takeover, a clear (and the holder's own
+-- renewal) waits for the command's writes to commit. FOR SHARE needs UPDATE on the
+-- table, which pglock_runner and pglock_reader lack: hence a function, SECURITY DEFINER.
+CREATE OR REPLACE FUNCTION {schema}.fence(
+    p_job text, p_holder_id text, p_fencing_token bigint)
+RETURNS boolean
+LANGUAGE plpgsql VOLATILE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM 1 FROM {schema}.locks
+    WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp()
+    FOR SHARE;
+    IF FOUND THEN
+        RETURN true;
+    END IF;
+    PERFORM 1 FROM {schema}.seats
+    WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
+      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp()
+    FOR SHARE;
+    RETURN FOUND;
+END
+$$;
+
+-- Functions are executable by PUBLIC by default: none of these is. (Run on every upgrade:
+-- revoking what is already revoked changes nothing, and a function this file creates
+-- anew is covered.)
+REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text),
+    {schema}.record_start(text, timestamptz, text, text, integer, text, bigint, text, text,
+                          text, timestamptz, interval, integer, integer),
+    {schema}.acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint,
+                     boolean, text, text, text, timestamptz, interval, integer, integer,
+                     integer, boolean, timestamptz[], text[]),
+    {schema}.catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz),
+    {schema}.start_run(text, text, bigint, text, timestamptz, text, text, timestamptz,
+                       interval, integer, integer),
+    {schema}.renew(text, text, bigint, boolean),
+    {schema}.retake(text, text, bigint),
+    {schema}.incarnation(), {schema}.timeline(), {schema}.sighting(),
+    {schema}.next_token(bigint, bigint), {schema}.advisory_horizon(interval),
+    {schema}.restamp(bigint, timestamptz),
+    {schema}.release(text, text, bigint, interval, timestamptz),
+    {schema}.finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer,
+                    text, text, bytea, boolean, boolean, text, text, text, text),
+    {schema}.note(bigint, text, text),
+    {schema}.holds(text, text, bigint),
+    {schema}.fence(text, text, bigint),
+    {schema}.note_windows(text, text[])
+FROM PUBLIC;
