@@ -1,7 +1,7 @@
 -- Frozen test data (never edit): what pglock's schema version 8 was as released.
 -- The DDL of version 8 is v1.sql .. v8.sql run in that order; this file upgraded 7 to 8.
--- Copied once from git: `git show 334b74d:pglock/db/sql/migrations/008_attempt_numbering.sql
--- 334b74d:pglock/db/sql/functions.sql`.
+-- Copied once from git: `git show 6d29f0e:pglock/db/sql/migrations/008_attempt_numbering.sql
+-- 6d29f0e:pglock/db/sql/functions.sql`.
 
 -- pglock schema, version 8: no table changes. record_start (sql/functions.sql, created
 -- after this file) numbers a slot's attempt no lower than the caller's own number: a
@@ -163,7 +163,11 @@ $$;
 -- start fails in the same way (check_violation; unique_violation from a racing start).
 -- Never below the caller's own number (version 8): a holder that kept its lock across an
 -- asynchronous failover knows of an attempt whose start the old primary took with it,
--- and counting from the row would run that attempt again, one more than --retries.
+-- and counting from the row would run that attempt again, one more than --retries. (A
+-- new row is attempt 1 whatever the caller says: the first attempt's start commits with
+-- the lock, so a holder whose slot row was lost has lost its lock too; and the CHECK
+-- applies to the row proposed, before the conflict, whose limit a replay may have
+-- raised on the existing one.)
 CREATE OR REPLACE FUNCTION {schema}.record_start(
     p_job text, p_slot timestamptz, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_fencing_token bigint, p_command text, p_schedule text,
@@ -190,7 +194,7 @@ WITH claim AS (
     RETURNING r.id, r.finished_at, r.duration
 ), opened AS (
     INSERT INTO {schema}.slots AS s (job, slot, attempts, attempt_limit, retries)
-    SELECT p_job, p_slot, greatest(1, p_attempt), 1 + p_retries, p_retries
+    SELECT p_job, p_slot, 1, 1 + p_retries, p_retries
     WHERE p_slot IS NOT NULL
     ON CONFLICT (job, slot) DO UPDATE SET attempts = CASE
         WHEN s.succeeded_run_id IS NULL AND s.closed_at IS NULL
