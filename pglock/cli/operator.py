@@ -26,7 +26,7 @@ from pglock.cli.app import (
 )
 from pglock.errors import NothingDone, UsageError
 from pglock.settings.config import check_job
-from pglock.settings.durations import parse_duration
+from pglock.settings.durations import check_reason, parse_duration
 
 Yes = Annotated[bool, typer.Option(
     "--yes", "-y", help="Do not ask; needed when not on a terminal.")]
@@ -161,6 +161,7 @@ def clear(
     Example: pglock clear --job sync-invoices --reason 'stuck on a dead NFS mount'
     """
     _configure_output(verbose, quiet)
+    check_reason(reason, None)
     from pglock.cli import screens
     from pglock.operate import admin
     from pglock.reports import status as core

@@ -224,12 +224,14 @@ USAGE = [
                  id="status-job-control-character"),
     *(pytest.param((command, "--job", "j", "--reason", "r" * 1001), 2,
                    "pglock: --reason: 1001 characters; at most 1000", id=f"{command}-long-reason")
-      for command in ("pause", "resume", "stop", "forget")),
+      for command in ("pause", "resume", "stop", "forget", "clear")),
     pytest.param(("replay", "--job", "j", "--slot", "2024-01-01T00:00", "--reason",
                   "r" * 5000), 2, "pglock: --reason: 5000 characters; at most 1000",
                  id="replay-long-reason"),
     pytest.param(("pause", "--job", "j", "--reason", "a\x00b"), 2,
                  "pglock: --reason: contains a NUL character", id="pause-nul-reason"),
+    pytest.param(("clear", "--job", "j", "--reason", "a\x00b"), 2,
+                 "pglock: --reason: contains a NUL character", id="clear-nul-reason"),
 ]
 
 
