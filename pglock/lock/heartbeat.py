@@ -43,10 +43,16 @@ def start_deadline(confirmed_at: float, horizon: float) -> float:
 
 def watched(confirmed_at: float, horizon: float, kill_after: float) -> tuple[float, float]:
     """The watchdog's deadline and grace for a lock a statement sent at `confirmed_at`
-    confirmed: half a margin after the heartbeat's own local deadline, so that it only
-    acts when pglock cannot (stopped, or stuck)."""
-    return (confirmed_at + horizon - slack(horizon, kill_after) + margin(horizon) / 2,
+    confirmed: its turn after the heartbeat's own local deadline."""
+    return (watchdogs_turn(confirmed_at + horizon - slack(horizon, kill_after),
+                           margin(horizon)),
             grace(horizon, kill_after))
+
+
+def watchdogs_turn(at: float, margin: float) -> float:
+    """When the watchdog acts on a moment pglock itself acts at (a deadline, a SIGKILL):
+    half a margin later, so that it only acts when pglock cannot (stopped, or stuck)."""
+    return at + margin / 2
 
 
 def slack(horizon: float, kill_after: float) -> float:

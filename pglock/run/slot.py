@@ -21,7 +21,7 @@ from pglock.db import database
 from pglock.db.database import Reconnecting
 from pglock.errors import ExitStatus, Interrupted, PglockError
 from pglock.lock import clock, lease, ledger
-from pglock.lock.heartbeat import Heartbeat
+from pglock.lock.heartbeat import Heartbeat, watchdogs_turn
 from pglock.lock.ledger import Outcome, RunResult
 from pglock.run import output
 from pglock.run.notify import Notifier
@@ -594,7 +594,8 @@ class Slot:
                                   on_lost=self.options.on_lost)
         if watchdog is not None:
             margin, terminated = heartbeat.margin, watchdog.terminated
-            supervision.on_terminated = lambda kill_at: terminated(kill_at + margin / 2)
+            supervision.on_terminated = lambda kill_at: terminated(
+                watchdogs_turn(kill_at, margin))
         try:
             result, code = keeping.supervise(supervision, capture, self.session)
         except Exception as error:
@@ -635,14 +636,14 @@ class Slot:
 
         def renewed(lost_at: float) -> None:
             if watchdog is not None:
-                watchdog.extend(lost_at + heartbeat.margin / 2)
+                watchdog.extend(watchdogs_turn(lost_at, heartbeat.margin))
 
         heartbeat = Heartbeat(keeping.renewer(self.session, self.claim),
                               acquired_sent_at=self.sent, kill_after=self.options.kill_after,
                               on_lost=self.gate.wake, on_renewed=renewed)
         if self.options.on_lost == "kill":
-            # Armed since the fork (start()); it acts half a margin after the main loop
-            # would, so it only acts when pglock itself cannot: stopped, or stuck.
+            # Armed since the fork (start()); it acts after the main loop would
+            # (heartbeat.watchdogs_turn).
             watchdog = child.watchdog
         return heartbeat, watchdog
 
