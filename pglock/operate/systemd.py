@@ -139,11 +139,8 @@ def changes(tz: tzinfo, start: datetime, end: datetime = CALENDAR_END) -> Iterat
     while moment < end:
         following = moment + day
         if offset(following) != current:
-            low, high = moment, following
-            while high - low > timedelta(seconds=1):
-                middle = low + (high - low) / 2
-                low, high = (middle, high) if offset(middle) == current else (low, middle)
-            yield Change(high.replace(microsecond=0), current, offset(following))
+            at = schedules.offset_change(tz, moment, following, timedelta(seconds=1))
+            yield Change(at.replace(microsecond=0), current, offset(following))
             current = offset(following)
         moment = following
 

@@ -282,7 +282,7 @@ def _fires_by_day(plan: Any, first: datetime, now: datetime) -> dict[Any, int]:
         elif before == later:
             counted(start, found, min(after, until))
         else:
-            change = _change(tz, start, after)
+            change = schedule.offset_change(tz, start, after, _MINUTE)
             near, far = max(start, change - _NEAR), min(after, change + _NEAR)
             counted(start, found, min(near, until))
             stepped(found if found >= near else
@@ -295,19 +295,6 @@ def _fires_by_day(plan: Any, first: datetime, now: datetime) -> dict[Any, int]:
 _MINUTE = timedelta(minutes=1)
 # Stepped through fire time by fire time each side of a change of UTC offset.
 _NEAR = timedelta(hours=2)
-
-
-def _change(tz: Any, start: datetime, after: datetime) -> datetime:
-    """The moment (to the minute) between `start` and `after` where the offset changes."""
-    offset = start.astimezone(tz).utcoffset()
-    low, high = start, after
-    while high - low > _MINUTE:
-        middle = low + (high - low) / 2
-        if middle.astimezone(tz).utcoffset() == offset:
-            low = middle
-        else:
-            high = middle
-    return high
 
 
 def next_fires(plan: Any, now: datetime, count: int = 5) -> list[datetime]:

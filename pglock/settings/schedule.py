@@ -345,6 +345,20 @@ def matches(schedule: Schedule, values: tuple[frozenset[int], ...], wall: dateti
     return (in_month or in_week) if schedule.days_or else (in_month and in_week)
 
 
+def offset_change(tz: tzinfo, low: datetime, high: datetime, within: timedelta) -> datetime:
+    """The first instant (to `within`) after `low` and by `high` whose UTC offset in `tz`
+    differs from `low`'s, when exactly one change lies between them (systemd's timers,
+    the dashboard's counts around a change)."""
+    offset = low.astimezone(tz).utcoffset()
+    while high - low > within:
+        middle = low + (high - low) / 2
+        if middle.astimezone(tz).utcoffset() == offset:
+            low = middle
+        else:
+            high = middle
+    return high
+
+
 def resolve_zone(name: str | None, source: str = "--tz") -> tuple[tzinfo, str]:
     """The zone and the name to store for it; None means the host's zone."""
     if name is None:
