@@ -18,7 +18,6 @@ refused.
 from __future__ import annotations
 
 import os
-import re
 import shlex
 import shutil
 import sys
@@ -29,9 +28,6 @@ from pglock.errors import UsageError
 from pglock.run.jobsfile import ConfiguredJob, table_name
 from pglock.settings.config import shown, undecodable
 from pglock.settings.text import has_control
-
-# A user name as /etc/cron.d takes it: one word, no control characters.
-_USER = re.compile(r"[^\s\x00-\x1f\x7f]+")
 
 
 def program() -> str:
@@ -65,12 +61,18 @@ TZ_BY = ("cron", "pglock")
 EVERY_MINUTE = "* * * * *"
 
 
+def check_user(user: str | None) -> None:
+    """--user, of an /etc/cron.d line or a unit's User=: one word, no control characters."""
+    if user is not None and (not user or has_control(user)
+                             or any(c.isspace() for c in user)):
+        raise UsageError(f"--user: '{shown(user)}' is not a user name")
+
+
 def fragment(path: Path, jobs: Sequence[ConfiguredJob], pglock: str,
              user: str | None = None, tz_by: str | None = None) -> str:
     """The crontab lines (with `user`, an /etc/cron.d file's) for `jobs` of `path`; the
     jobs with `tz` as `tz_by` says (refused without it)."""
-    if user is not None and not _USER.fullmatch(user):
-        raise UsageError(f"--user: {user!r} is not a user name")
+    check_user(user)
     if tz_by is not None and tz_by not in TZ_BY:
         raise UsageError(f"--tz-by: {tz_by!r} is not one of cron, pglock")
     config = one_line(str(path.absolute()), "the config file's path")

@@ -24,11 +24,10 @@ from functools import lru_cache
 from pathlib import Path
 
 from pglock.errors import UsageError
-from pglock.operate.crontab import one_line
+from pglock.operate.crontab import check_user, one_line
 from pglock.run.jobsfile import ConfiguredJob, table_name
 from pglock.settings import schedule as schedules
 from pglock.settings.config import shown
-from pglock.settings.text import has_control
 
 # The first line of every unit pglock writes: --dir overwrites and --prune removes only
 # files that start with it.
@@ -283,9 +282,7 @@ def units(path: Path, jobs: Sequence[ConfiguredJob], pglock: str, now: datetime,
           user: str | None = None) -> list[Unit]:
     """The .service and .timer of every scheduled job of `path`; UsageError names the
     first job that has none (its name, its schedule) before anything is written."""
-    if user is not None and (not user or user != user.strip() or has_control(user)
-                             or any(c.isspace() for c in user)):
-        raise UsageError(f"--user: {shown(user)!r} is not a user name")
+    check_user(user)
     config = one_line(str(path.absolute()), "the config file's path", "a unit file")
     pglock = one_line(pglock, "pglock's path", "a unit file")
     written: list[Unit] = []

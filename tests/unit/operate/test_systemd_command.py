@@ -54,6 +54,7 @@ ESCAPED = "\\xc3\\xa9" * 60
     (["systemd", "--prune"], JOBS, "pglock: --prune: needs --dir (it removes units from that "
      "directory)"),
     (["systemd", "--user", "a b"], JOBS, "pglock: --user: 'a b' is not a user name"),
+    (["systemd", "--user", "a\x9bb"], JOBS, "pglock: --user: 'a\\x9bb' is not a user name"),
     (["systemd", "--dir", "{tmp}/missing"], JOBS, "pglock: --dir: '{tmp}/missing' is not a "
      "directory"),
     (["systemd"], "dsn = 'host=db'\n", "pglock: no jobs configured (config file {path}): add "

@@ -321,6 +321,8 @@ def _every(path: Path) -> tuple[Path | None, list[jobsfile.ConfiguredJob]]:
     (["crontab"], "dsn = 'host=db'\n", "pglock: no jobs configured (config file {path}): add "
      "[jobs.NAME] tables with a command and a schedule (docs/jobs-file.md)"),
     (["crontab", "--user", "a b"], THREE, "pglock: --user: 'a b' is not a user name"),
+    # One check for crontab and systemd: control characters shown, not written.
+    (["crontab", "--user", "a\x9bb"], THREE, "pglock: --user: 'a\\x9bb' is not a user name"),
     # Debian's and Ubuntu's cron ignore CRON_TZ: not written unless asked for.
     (["crontab"], THREE, "pglock: [jobs.nightly-report] has tz = 'Europe/Berlin', and "
      "Debian's and Ubuntu's cron ignore CRON_TZ: --tz-by pglock (started every minute, "
