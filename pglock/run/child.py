@@ -51,8 +51,9 @@ class CannotStart(PglockError):
 
 
 class LateStart(PglockError):
-    """The lock's local deadline passed before the command could be forked: it is not
-    started, and the attempt is recorded lock_lost (125)."""
+    """The lock was lost before the command could be forked (its local deadline passed,
+    or a renewal found it another's): it is not started, and the attempt is recorded
+    lock_lost (125)."""
 
 
 def _late(lateness: str) -> LateStart:

@@ -447,15 +447,19 @@ class Slot:
         self.gate.deferring = True
         run = self.claim.run
         self.claim.run = None
+        lost: str | None = None
         if run is None:
             run = self._record_start(attempt)
             if run is None:
                 return None
-            self._confirm()
+            lost = self._confirm()
         with self.gate.blocked():
             if self.gate.deferred_signal is not None:
                 self.claim.run = run
                 raise Interrupted(self.gate.deferred_signal)
+            if lost is not None:
+                return run, LateStart(f"not started: {lost} before the command could be "
+                                      "forked")
             try:
                 horizon = keeping.horizon(self.claim)
                 deadlines = Deadlines(start_deadline(self.sent, horizon))
@@ -511,25 +515,29 @@ class Slot:
                     self._release_unstarted(conn)
                     raise
 
-    def _confirm(self) -> None:
+    def _confirm(self) -> str | None:
         """The lock confirmed again before a further attempt's fork, when its last
         confirmation is older than a renewal's interval (the start record held up by a
         cut, a lock wait or a starved host): the heartbeat and the watchdog then count
         from now. Else a start that came back past the heartbeat's local deadline, but
         before the start deadline, forks a command only to stop it at once (the soak,
-        seed 3434). A renewal that fails leaves the last confirmation as it was."""
+        seed 3434). A renewal that fails leaves the last confirmation as it was; one that
+        finds the lock another's (cleared, taken over meanwhile) says why, and the
+        command is not forked."""
         from pglock.run import keeping
 
         renewer = keeping.renewer(self.session, self.claim)
         if clock.now() < self.sent + renewer.interval:
-            return
+            return None
         sent = clock.now()
         with contextlib.suppress(psycopg.Error, PglockError):
             # Lease mode on the run's session, not on a connection of the renewer's own.
             renewal, _ = (renewer.renew() if self.claim.mode == "advisory"
                           else lease.renew(self.session.get(), self.claim))
-            if renewal is not lease.Renewal.LOST:
-                self.sent = sent
+            if renewal is lease.Renewal.LOST:
+                return renewer.lost_reason()
+            self.sent = sent
+        return None
 
     def _release_unstarted(self, conn: psycopg.Connection[object]) -> None:
         # Nothing ran: others need not wait out our lease.

@@ -182,3 +182,44 @@ def test_a_start_held_up_past_the_heartbeats_deadline_is_confirmed_first(
     assert process.returncode == 0
     runs = env.runs("late")
     assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "failed"), (2, "succeeded")]
+
+
+@pytest.mark.parametrize("mode", ["lease", "advisory"])
+def test_a_lock_cleared_while_a_start_is_held_up_is_not_forked(env: Env, mode: str) -> None:
+    """A further attempt's start record held up past a renewal's interval (it waits on the
+    slot's row, which a transaction of the test holds), and the lock cleared meanwhile:
+    the renewal before the fork finds the lock no longer ours, and the command is not
+    started. Exit 125, the attempt recorded lock_lost, one line. It used to be forked,
+    and stopped by the heartbeat's first renewal."""
+    holder = f"cleared-{mode}"
+    marks = env.tmp / "marks"
+    process = env.popen(
+        "run", "--job", "gone", "--mode", mode, "--holder", holder,
+        "--schedule", "0 0 1 1 *", "--tz", "UTC", "--retries", "1", "--retry-delay", "2s",
+        "--ttl", "10s", "--", "sh", "-c", f'echo "$PGLOCK_ATTEMPT" >> {marks}; exit 1')
+    try:
+        blocker = psycopg.connect(env.dsn)
+        try:
+            env.wait_for(lambda: [r["outcome"] for r in env.runs("gone")] == ["failed"]
+                         or process.poll() is not None, what="the first attempt's end")
+            _hold_the_slot(env, blocker, "gone")
+            env.wait_for(lambda: _waiting_start(env, "gone", holder)
+                         or process.poll() is not None,
+                         what="the second attempt's start record waiting on the slot")
+            cleared = env.run("clear", "--job", "gone", "--now", "--yes", "--reason", "test")
+            assert cleared.returncode == 0, cleared
+            # Past a renewal's interval since the lock was last confirmed (3.3 s).
+            time.sleep(2)
+        finally:
+            blocker.close()
+        _, stderr = process.communicate(timeout=60)
+    finally:
+        if process.poll() is None:
+            process.kill()
+            process.wait()
+    assert process.returncode == 125, stderr
+    assert marks.read_text().split() == ["1"]
+    assert stderr == ("pglock: not started: the lock was taken over or cleared before the "
+                      "command could be forked\n")
+    runs = [r for r in env.runs("gone") if r["command"] != "pglock clear"]
+    assert [(r["attempt"], r["outcome"]) for r in runs] == [(1, "failed"), (2, "lock_lost")]
