@@ -4,7 +4,10 @@ attempt's start record alike (issue 34)."""
 
 from __future__ import annotations
 
+import contextlib
+import subprocess
 import time
+from collections.abc import Iterator
 
 import psycopg
 import pytest
@@ -87,18 +90,29 @@ def test_sigterm_cancels_an_acquire_waiting_on_the_row(env: Env) -> None:
     assert env.query("SELECT fencing_token FROM {schema}.locks WHERE job = 'cut'") == [(1,)]
 
 
-def _hold_the_slot(env: Env, blocker: psycopg.Connection[object], job: str) -> None:
-    """Take the job's slot rows in a transaction on `blocker`: a start record waits."""
-    blocker.execute(sql.SQL("SELECT 1 FROM {}.slots WHERE job = %s FOR UPDATE")
-                    .format(sql.Identifier(env.schema)), (job,))
-
-
-def _waiting_start(env: Env, job: str, holder: str) -> bool:
-    """Whether the run's start record of a further attempt waits on a lock."""
-    return bool(env.query(
-        "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
-        "AND wait_event_type = 'Lock' AND query LIKE '%%start_run%%'",
-        (f"pglock run {job} on {holder}",)))
+@contextlib.contextmanager
+def _second_start_waiting(env: Env, process: subprocess.Popen[str], job: str,
+                          holder: str) -> Iterator[None]:
+    """Once the first attempt has ended, a transaction of the test takes the slot's row;
+    the block runs once the second attempt's start record waits on it, and the row is
+    let go when the block ends."""
+    env.wait_for(lambda: [r["outcome"] for r in env.runs(job)] == ["failed"]
+                 or process.poll() is not None, what="the first attempt's end")
+    assert process.poll() is None, process.communicate()
+    blocker = psycopg.connect(env.dsn)
+    try:
+        blocker.execute(sql.SQL("SELECT 1 FROM {}.slots WHERE job = %s FOR UPDATE")
+                        .format(sql.Identifier(env.schema)), (job,))
+        env.wait_for(lambda: bool(env.query(
+            "SELECT 1 FROM pg_stat_activity WHERE application_name = %s "
+            "AND wait_event_type = 'Lock' AND query LIKE '%%start_run%%'",
+            (f"pglock run {job} on {holder}",))) or process.poll() is not None,
+            what="the second attempt's start record waiting on the slot")
+        assert process.poll() is None, process.communicate()
+        yield
+    finally:
+        # Closed even with its server stopped (a rollback would fail there).
+        blocker.close()
 
 
 @pytest.mark.parametrize("mode", ["lease", "advisory"])
@@ -118,19 +132,8 @@ def test_a_restart_between_two_attempts_loses_no_attempt(
         "--ttl", "30s", "--connect-timeout", "30s", "--",
         "sh", "-c", '[ "$PGLOCK_ATTEMPT" -ge 2 ] || exit 1')
     try:
-        env.wait_for(lambda: [r["outcome"] for r in env.runs("between")] == ["failed"] or
-                     process.poll() is not None, what="the first attempt's end")
-        assert process.poll() is None, process.communicate()
-        blocker = psycopg.connect(env.dsn)
-        try:
-            _hold_the_slot(env, blocker, "between")
-            env.wait_for(lambda: _waiting_start(env, "between", holder)
-                         or process.poll() is not None,
-                         what="the second attempt's start record waiting on the slot")
-            assert process.poll() is None, process.communicate()
+        with _second_start_waiting(env, process, "between", holder):
             private_server.stop()
-        finally:
-            blocker.close()
         private_server.start()
         assert process.communicate(timeout=90) == ("", "")
     finally:
@@ -163,17 +166,8 @@ def test_a_start_held_up_past_the_heartbeats_deadline_is_confirmed_first(
         "--schedule", "0 0 1 1 *", "--tz", "UTC", "--retries", "1", "--retry-delay", "2s",
         "--ttl", "10s", "--", "sh", "-c", '[ "$PGLOCK_ATTEMPT" -ge 2 ] || exit 1')
     try:
-        blocker = psycopg.connect(env.dsn)
-        try:
-            env.wait_for(lambda: [r["outcome"] for r in env.runs("late")] == ["failed"]
-                         or process.poll() is not None, what="the first attempt's end")
-            _hold_the_slot(env, blocker, "late")
-            env.wait_for(lambda: _waiting_start(env, "late", holder)
-                         or process.poll() is not None,
-                         what="the second attempt's start record waiting on the slot")
+        with _second_start_waiting(env, process, "late", holder):
             time.sleep(held_for)
-        finally:
-            blocker.close()
         assert process.communicate(timeout=60) == ("", "")
     finally:
         if process.poll() is None:
@@ -198,20 +192,11 @@ def test_a_lock_cleared_while_a_start_is_held_up_is_not_forked(env: Env, mode: s
         "--schedule", "0 0 1 1 *", "--tz", "UTC", "--retries", "1", "--retry-delay", "2s",
         "--ttl", "10s", "--", "sh", "-c", f'echo "$PGLOCK_ATTEMPT" >> {marks}; exit 1')
     try:
-        blocker = psycopg.connect(env.dsn)
-        try:
-            env.wait_for(lambda: [r["outcome"] for r in env.runs("gone")] == ["failed"]
-                         or process.poll() is not None, what="the first attempt's end")
-            _hold_the_slot(env, blocker, "gone")
-            env.wait_for(lambda: _waiting_start(env, "gone", holder)
-                         or process.poll() is not None,
-                         what="the second attempt's start record waiting on the slot")
+        with _second_start_waiting(env, process, "gone", holder):
             cleared = env.run("clear", "--job", "gone", "--now", "--yes", "--reason", "test")
             assert cleared.returncode == 0, cleared
             # Past a renewal's interval since the lock was last confirmed (3.3 s).
             time.sleep(2)
-        finally:
-            blocker.close()
         _, stderr = process.communicate(timeout=60)
     finally:
         if process.poll() is None:
