@@ -1,10 +1,14 @@
 """Running SPIN on the protocol's models (docs/model.md): spin -a, a C compiler, pan.
 
-Each case is a model file, the #defines that pick its mode or mutant, and how pan
-searches (depth-first by default; breadth-first finds some mutants' short
-counterexamples sooner). A case without a mutant must explore every state with no error;
-a mutant must fail, and its trail is replayed (spin -t) into a timeline of the model's
-printf lines.
+Each case is a model file, the #defines that pick its mode, bound or mutant, and what it
+must come to: `pass` (every state explored, no error), or `fail` (a counterexample, which is
+replayed with spin -t into a timeline of the model's printf lines). Reachability probes
+(`reach:` cases) are states a model run must report reaching (protocol.pml's REACHED, built
+with -DPROBES): a model change that makes one unreachable fails as surely as an error.
+
+The suite's cases (MODELS, REACHES, MUTANTS) are the bound the findings live at: RUNS=1
+FAULTS=1, asynchronous replication. `scripts/model --long` runs the larger bounds and the
+controls (LONG), before each release. Every pan is given MEMLIM MB at most.
 """
 
 from __future__ import annotations
@@ -14,13 +18,16 @@ import shutil
 import subprocess
 import sys
 import tempfile
-from dataclasses import dataclass
+import time
+from dataclasses import dataclass, field
 from pathlib import Path
 
 HERE = Path(__file__).resolve().parent
 # Explored depth-first to this depth at most: deeper than any model goes (pan says
 # "depth reached"; a search cut short by it would print "max search depth too small").
 DEPTH = 1_000_000
+# pan's memory, in MB: the machine is shared, and each pan keeps under 4 GB.
+MEMLIM = 3800
 
 
 @dataclass(frozen=True)
@@ -28,38 +35,163 @@ class Case:
     name: str
     model: str
     defines: tuple[str, ...] = ()
-    mutant: bool = False
-    bfs: bool = False
+    expect: str = "pass"
+    # How pan searches: depth-first in the model's order of processes, or the reverse one
+    # (-DP_REVERSE), which finds some counterexamples sooner; breadth-first (-DBFS) finds
+    # the shortest, at a memory cost only the small models can afford.
+    search: tuple[str, ...] = ()
+    # pan compiled -O2 (5 s of the compiler's time) for the long searches, -O0 (1 s, a
+    # search half as fast) for those that end within a few million states.
+    quick: bool = False
+
+    @property
+    def mutant(self) -> bool:
+        return self.expect == "fail"
 
 
-# The protocol as checked: lease and advisory mode (one invocation per host), the slot
-# (scheduled, and the literal crontab line's hold).
+@dataclass(frozen=True)
+class Reach:
+    """A state a model run must reach: protocol.pml's REACHED(probe, ...)."""
+
+    name: str
+    model: Case
+    probe: int
+
+
+def _protocol(name: str, *defines: str, expect: str = "pass", reverse: bool = False,
+              quick: bool = False) -> Case:
+    return Case(name, "protocol.pml", defines, expect,
+                ("-DP_REVERSE",) if reverse else (), quick)
+
+
+LEASE = _protocol("lease", "-DFAULTS=1")
+LEASE_TTLS = _protocol("lease, hosts on two ttls", "-DFAULTS=1", "-DTTL_DIFF", "-DPAST_ROW")
+ADVISORY = _protocol("advisory", "-DADVISORY", "-DFAULTS=1")
+
+# The protocol as checked, exhaustively: each mode with one invocation of pglock per host
+# and one statement lost (RUNS=1 FAULTS=1), asynchronous replication (which includes every
+# run of synchronous), one promotion, an advisory session ended; and the slot.
 MODELS = [
-    Case("lease", "protocol.pml", ("-DRUNS=1", "-DFAULTS=0")),
-    Case("advisory", "protocol.pml", ("-DADVISORY", "-DRUNS=1", "-DFAULTS=0")),
+    LEASE,
+    LEASE_TTLS,
+    ADVISORY,
     Case("slot", "slot.pml"),
     Case("slot-literal", "slot.pml", ("-DLITERAL",)),
 ]
 
-# Each protection removed: each must yield a counterexample. ASYNC (asynchronous
-# replication only) shortens the search of mutants whose failure needs it.
+# protocol.pml's probes, by number.
+PROBES = {
+    1: "both hosts run in turn",
+    2: "a second renewal in one run",
+    3: "a holder renews on the new primary",
+    4: "a resent acquire finds its own row after a promotion",
+    5: "an advisory contended, retry",
+    6: "a takeover at stops_by",
+    7: "a wait after a promotion refuses an acquire",
+    8: "a kept lock's next attempt forks",
+    9: "a watchdog kill",
+    10: "the try after the wait's end wins (R6)",
+    11: "an own row of an older timeline not kept (R3)",
+    12: "an answer past the deadline counted lost (R4)",
+    13: "a failover mid-run, then the other host runs",
+    14: "a retake after a cut wins",
+    15: "a resent acquire takes its own row back on its timeline",
+    16: "a further attempt's start finds the lock no longer held",
+    17: "an answer past the deadline acted on, on the lock's own timeline (R4)",
+}
+ADVISORY_ONLY = {5, 6, 14}
+
+REACHES = [Reach(f"reach: {what} ({model.name})", model, probe)
+           for model in (LEASE, ADVISORY)
+           for probe, what in PROBES.items()
+           if model is ADVISORY or probe not in ADVISORY_ONLY]
+
+# Each protection removed, or an older rule put back: each must yield a counterexample at
+# the suite's bound (RUNS=1 FAULTS=1), but the two releases, which need a third claimant
+# (RUNS=2). The search options only make pan find it sooner.
 MUTANTS = [
-    Case("no start-deadline check", "protocol.pml", ("-DRUNS=1", "-DNO_START_CHECK"), True),
-    Case("renewal timed on the wall clock", "protocol.pml", ("-DRUNS=1", "-DWALL_CLOCK"), True),
-    Case("no wait after a promotion", "protocol.pml", ("-DRUNS=1", "-DNO_PROMOTION_WAIT"),
-         True, bfs=True),
-    Case("tokens not raised across timelines", "protocol.pml",
-         ("-DRUNS=1", "-DASYNC", "-DFLAT_TOKENS"), True),
-    Case("a resent acquire takes its own row back after a promotion", "protocol.pml",
-         ("-DRUNS=1", "-DASYNC", "-DFAULTS=1", "-DRESEND_ANYTIME"), True),
-    Case("advisory takeover ignoring the incarnation", "protocol.pml",
-         ("-DADVISORY", "-DRUNS=1", "-DASYNC", "-DNO_INCARNATION"), True),
-    Case("advisory takeover before the old holder's deadline", "protocol.pml",
-         ("-DADVISORY", "-DRUNS=1", "-DEARLY_TAKEOVER"), True, bfs=True),
+    # The client's deadlines
+    _protocol("no start-deadline check", "-DFAULTS=1", "-DNO_START_CHECK", expect="fail",
+              quick=True),
+    _protocol("renewals and deadlines on host0's wall clock (an NTP step)", "-DFAULTS=1",
+              "-DWALL_CLOCK", expect="fail", quick=True),
+    _protocol("the watchdog's deadline counted from the fork", "-DFAULTS=1",
+              "-DKILL_FROM_FORK", expect="fail", quick=True),
+    _protocol("the watchdog at its place, a stopwatch half a margin short", "-DFAULTS=1",
+              "-DDRIFT=1", expect="fail", quick=True),
+    # Takeovers and tokens
+    _protocol("a takeover one tick before the expiry", "-DFAULTS=1", "-DTAKEOVER_EARLY",
+              expect="fail", quick=True),
+    _protocol("advisory takeover before the holder's stops_by", "-DADVISORY", "-DFAULTS=1",
+              "-DEARLY_TAKEOVER", expect="fail", quick=True),
+    _protocol("tokens not raised across timelines", "-DFAULTS=1", "-DFLAT_TOKENS",
+              expect="fail", reverse=True, quick=True),
+    _protocol("a takeover keeping the token", "-DFAULTS=1", "-DTOKEN_KEEP", expect="fail",
+              reverse=True, quick=True),
+    # The wait after a promotion (R5)
+    _protocol("no wait after a promotion", "-DFAULTS=1", "-DNO_PROMOTION_WAIT",
+              expect="fail", reverse=True, quick=True),
+    _protocol("hosts on two ttls, R5's longest ttl undone", "-DFAULTS=1", "-DTTL_DIFF",
+              "-DPAST_ROW", "-DNO_LONGEST", expect="fail", reverse=True, quick=True),
+    # A resent acquire's own row (R1)
+    _protocol("a resent acquire takes its own row back whatever its age", "-DFAULTS=1",
+              "-DRESEND_ANYTIME", expect="fail", quick=True),
+    _protocol("R1 undone (version 8's unexpired own row), advisory", "-DADVISORY",
+              "-DFAULTS=1", "-DRESEND_EXPIRY", expect="fail"),
+    _protocol("R1 undone, the new primary's clock 0.5 s behind", "-DFAULTS=1",
+              "-DRESEND_EXPIRY", "-DOFFSET=1", expect="fail", quick=True),
+    # Keeping an own row (R3, the server) and late answers (R4, the client)
+    _protocol("R3 and R4 undone: a kept lock renewed with no expiry test", "-DFAULTS=1",
+              "-DNO_R3", "-DNO_R4", expect="fail", reverse=True, quick=True),
+    _protocol("R3 and R4 undone, advisory", "-DADVISORY", "-DFAULTS=1", "-DNO_R3",
+              "-DNO_R4", expect="fail", quick=True),
+    _protocol("R3 alone (R4 undone), the new primary's clock 0.5 s behind", "-DFAULTS=1",
+              "-DNO_R4", "-DOFFSET=1", expect="fail", reverse=True, quick=True),
+    _protocol("renew of anyone's row, R4 undone", "-DFAULTS=1", "-DRENEW_ANY", "-DNO_R4",
+              expect="fail", quick=True),
+    # Releases (R2), with a third claimant
+    _protocol("release of anyone's row", "-DRUNS=2", "-DFAULTS=1", "-DRELEASE_ANY",
+              expect="fail", quick=True),
+    _protocol("release restamping an expired row", "-DRUNS=2", "-DFAULTS=1",
+              "-DRELEASE_RESTAMP_ALWAYS", expect="fail", reverse=True),
+    # Schema version 8 as released: R1-R4 undone, restamp() in renew, finish and release
+    _protocol("version 8's rules, advisory", "-DADVISORY", "-DFAULTS=1", "-DRESEND_EXPIRY",
+              "-DRESTAMP", "-DRELEASE_RESTAMP", "-DNO_R3", "-DNO_R4", expect="fail",
+              quick=True),
+    # Progress
+    _protocol("progress: acquire never wins", "-DFAULTS=1", "-DNEVER_WIN", expect="fail",
+              quick=True),
+    _protocol("progress: no try after the wait's end (R6)", "-DFAULTS=1", "-DNO_R6",
+              expect="fail", quick=True),
+    # The slot
     Case("the hold shortened below the cron skew", "slot.pml", ("-DLITERAL", "-DSHORT_HOLD"),
-         True),
-    Case("a further attempt's start record not sent again", "slot.pml",
-         ("-DNO_RESEND",), True),
+         "fail", quick=True),
+    Case("a further attempt's start record not sent again", "slot.pml", ("-DNO_RESEND",),
+         "fail", quick=True),
+]
+
+# scripts/model --long: the larger bounds, and what each rule alone is worth (before each
+# release; figures in docs/model.md).
+LONG = [
+    _protocol("lease, RUNS=2", "-DRUNS=2", "-DFAULTS=1"),
+    _protocol("lease, FAULTS=2", "-DFAULTS=2"),
+    _protocol("advisory, RUNS=2", "-DADVISORY", "-DRUNS=2", "-DFAULTS=1"),
+    _protocol("advisory, FAULTS=2", "-DADVISORY", "-DFAULTS=2"),
+    _protocol("advisory with a server restart", "-DADVISORY", "-DFAULTS=1", "-DRESTART"),
+    _protocol("advisory, hosts on two ttls", "-DADVISORY", "-DFAULTS=1", "-DTTL_DIFF",
+              "-DPAST_ROW"),
+    _protocol("lease, the new primary's clock 1 s behind", "-DFAULTS=1", "-DOFFSET=2"),
+    _protocol("advisory, the new primary's clock 1 s behind", "-DADVISORY", "-DFAULTS=1",
+              "-DOFFSET=2"),
+    _protocol("lease, R4 alone (R3 undone)", "-DFAULTS=1", "-DNO_R3"),
+    _protocol("advisory, R4 alone (R3 undone)", "-DADVISORY", "-DFAULTS=1", "-DNO_R3"),
+    _protocol("lease, R3 alone (R4 undone: older pglocks)", "-DFAULTS=1", "-DNO_R4"),
+    _protocol("advisory, R3 alone (R4 undone: older pglocks)", "-DADVISORY", "-DFAULTS=1",
+              "-DNO_R4"),
+    _protocol("pglock's own SIGKILL alone, a stopwatch half a margin short", "-DFAULTS=1",
+              "-DDRIFT=1", "-DWATCHDOG_AT_PGLOCK"),
+    _protocol("R5's residual: a longer ttl first granted within the replication lag",
+              "-DFAULTS=1", "-DTTL_DIFF", expect="fail"),
 ]
 
 
@@ -69,8 +201,11 @@ class Result:
     states: int
     depth: int
     seconds: float
+    megabytes: float
     output: str
     timeline: list[str]
+    reached: set[int] = field(default_factory=set)
+    wall: float = 0.0
 
 
 class Missing(Exception):
@@ -86,15 +221,31 @@ def tools() -> tuple[str, str]:
     return spin, cc
 
 
+_checked: dict[Case, Result] = {}
+
+
 def check(case: Case) -> Result:
+    """Run the case (once per process: `reach:` cases read their model's run)."""
+    if case not in _checked:
+        _checked[case] = _check(case)
+    return _checked[case]
+
+
+def _check(case: Case) -> Result:
     spin, cc = tools()
-    search = ("-DBFS",) if case.bfs else ()
+    started = time.monotonic()
+    bfs = tuple(flag for flag in case.search if flag == "-DBFS")
+    # The probes report themselves in the runs that must pass (c_code: not in BFS builds).
+    probes = ("-DPROBES",) if case.model == "protocol.pml" and not case.mutant else ()
+    defines = (*bfs, *probes, *case.defines)
     with tempfile.TemporaryDirectory(prefix="pglock-model-") as work:
         model = Path(work) / case.model
         shutil.copy(HERE / case.model, model)
-        run = [spin, "-a", *search, *case.defines, case.model]
-        subprocess.run(run, cwd=work, check=True, capture_output=True, text=True)
-        subprocess.run([cc, "-O2", "-w", "-DSAFETY", *search, "-o", "pan", "pan.c"],
+        subprocess.run([spin, "-a", *defines, case.model], cwd=work, check=True,
+                       capture_output=True, text=True)
+        subprocess.run([cc, "-O0" if case.quick else "-O2", "-w", "-DSAFETY", "-DNOFAIR",
+                        "-DCOLLAPSE", f"-DMEMLIM={MEMLIM}", *case.search, "-o", "pan",
+                        "pan.c"],
                        cwd=work, check=True, capture_output=True, text=True)
         # -E: no end-state check (the clock ticks on after the hosts are done).
         pan = subprocess.run(["./pan", "-E", f"-m{DEPTH}"], cwd=work, capture_output=True,
@@ -102,17 +253,25 @@ def check(case: Case) -> Result:
         output = pan.stdout + pan.stderr
         timeline: list[str] = []
         if (Path(work) / f"{case.model}.trail").exists():
-            replay = subprocess.run([spin, "-t", *search, *case.defines, case.model],
-                                    cwd=work, capture_output=True, text=True, check=False)
+            replay = subprocess.run([spin, "-t", *defines, case.model], cwd=work,
+                                    capture_output=True, text=True, check=False)
             timeline = [line.strip().removeprefix("MSC: ")
                         for line in replay.stdout.splitlines()
                         if "MSC:" in line or "assertion violated" in line
                         or "text of failed assertion" in line]
+    for trouble in ("max search depth too small", "reached -DMEMLIM bound", "out of memory"):
+        if trouble in output:
+            raise AssertionError(f"pan's search of {case.name!r} was cut short "
+                                 f"({trouble}):\n{output}")
     return Result(errors=_figure(r"errors: (\d+)", output),
                   states=_figure(r"(\d+) states, stored", output),
                   depth=_figure(r"depth reached (\d+)", output),
                   seconds=float(_match(r"elapsed time ([\d.e+]+)", output) or 0),
-                  output=output, timeline=timeline)
+                  megabytes=float(_match(r"([\d.]+)\s+total actual memory usage", output)
+                                  or 0),
+                  output=output, timeline=timeline,
+                  reached={int(n) for n in re.findall(r"^reached: (\d+)$", output, re.M)},
+                  wall=time.monotonic() - started)
 
 
 def _match(pattern: str, text: str) -> str | None:
@@ -127,21 +286,39 @@ def _figure(pattern: str, text: str) -> int:
     return int(found)
 
 
+def good(case: Case, result: Result) -> bool:
+    return result.errors > 0 if case.mutant else result.errors == 0
+
+
 def main(argv: list[str]) -> int:
-    """scripts/model: every case, or those whose name contains an argument."""
-    wanted = [case for case in MODELS + MUTANTS
-              if not argv or any(word in case.name for word in argv)]
+    """scripts/model [--long] [WORD...]: the suite's cases (with --long, the larger bounds
+    and the controls instead), or those whose name contains a word."""
+    long = "--long" in argv
+    words = [word for word in argv if word != "--long"]
+    cases = LONG if long else MODELS + MUTANTS
+    reaches = [] if long else REACHES
+    wanted = [case for case in cases if not words or any(word in case.name for word in words)]
+    wanted_reaches = [reach for reach in reaches
+                      if not words or any(word in reach.name for word in words)]
+    for reach in wanted_reaches:
+        if reach.model not in wanted:
+            wanted.insert(0, reach.model)
     failed = 0
     for case in wanted:
         result = check(case)
-        good = (result.errors > 0) if case.mutant else (result.errors == 0)
-        failed += not good
+        failed += not good(case, result)
         kind = "mutant" if case.mutant else "model"
-        print(f"{'ok' if good else 'WRONG':5} {kind:6} {case.name}: errors {result.errors}, "
-              f"{result.states} states, depth {result.depth}, {result.seconds:.1f} s "
-              f"({case.model} {' '.join(case.defines)})")
+        print(f"{'ok' if good(case, result) else 'WRONG':5} {kind:6} {case.name}: errors "
+              f"{result.errors}, {result.states:,} states, depth {result.depth}, "
+              f"{result.seconds:.1f} s, {result.megabytes:.0f} MB "
+              f"({case.model} {' '.join(case.defines)})", flush=True)
         for line in result.timeline:
             print(f"        {line}")
+    for reach in wanted_reaches:
+        reached = reach.probe in check(reach.model).reached
+        failed += not reached
+        print(f"{'ok' if reached else 'WRONG':5} {reach.name}"
+              f"{'' if reached else ': not reached'}")
     return 1 if failed else 0
 
 
