@@ -48,6 +48,9 @@
 #ifndef RUNS
 #define RUNS 1          /* invocations of pglock per host */
 #endif
+#ifndef RUNS1
+#define RUNS1 RUNS      /* host1's (a third claimant for less: RUNS=2 RUNS1=1) */
+#endif
 #ifndef FAULTS
 #define FAULTS 1        /* statements lost (before or after they ran), in all */
 #endif
@@ -545,7 +548,7 @@ idle:
     atomic {
         H[h].hold = 0; H[h].since = 0; H[h].brk = 0; tok = 0; att = 0; once = 0; told = 0;
         if
-        :: r < RUNS -> r++
+        :: r < (h == 0 -> RUNS : RUNS1) -> r++
         :: else -> H[h].done = 1;
             /* progress: when every invocation is over, a command ran, or the skip is
                explained by a lost statement or a host late for a deadline */
