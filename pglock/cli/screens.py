@@ -37,6 +37,8 @@ STATUS_OPTIONAL = ("MODE", "TOOK", "EXIT", "LAST SUCCESS", "ENDED", "RUNNING FOR
 BAR_WIDTH = 24
 BAR_GLYPH = {"succeeded": "#", "running": ">"}
 OUTCOME_STYLE = {"succeeded": "green", "running": "cyan", "cleared": "magenta"}
+# Why a run started late, as history's NOTE says it (runs.late_reason).
+LATE = {"promotion_wait": "started late: after the wait that followed a promotion"}
 # Kept output is shown under its run, indented by this.
 OUTPUT_INDENT = "    "
 
@@ -166,6 +168,10 @@ def skipped_lines(found: Skipped) -> list[str]:
         latest = f", latest {when(found.catch_up_slot)}" if found.catch_up_slot else ""
         lines.append(f"given up by catch-up (older than its limit or deadline): "
                      f"{found.catch_up} slot{'s' if found.catch_up != 1 else ''}{latest}")
+    if found.promotion:
+        latest = f", latest {when(found.promotion_slot)}" if found.promotion_slot else ""
+        lines.append(f"missed: the wait after a promotion ended past --deadline: "
+                     f"{found.promotion} slot{'s' if found.promotion != 1 else ''}{latest}")
     return lines
 
 
@@ -321,7 +327,9 @@ def job_json(job: Job) -> dict[str, Any]:
                     "running_slot": iso(job.skipped.running_slot),
                     "running_in_a_row": job.skipped.streak,
                     "catch_up": job.skipped.catch_up,
-                    "catch_up_slot": iso(job.skipped.catch_up_slot)},
+                    "catch_up_slot": iso(job.skipped.catch_up_slot),
+                    "promotion_wait": job.skipped.promotion,
+                    "promotion_wait_slot": iso(job.skipped.promotion_slot)},
     }
 
 
@@ -395,7 +403,7 @@ def runs_grid(runs: list[RunRow], now: datetime, *, with_job: bool, bars: bool =
             cells[-1] = f"{cells[-1]} so far"
         if bars:
             cells.append(bar(run.outcome, length, longest))
-        cells.append(clip(run.error))
+        cells.append(clip(run.error or LATE.get(run.late or "")))
         grid.add(cells, OUTCOME_STYLE.get(run.outcome, "bold red"),
                  output_lines(run) if outputs else None)
     return grid
@@ -488,7 +496,8 @@ def run_json(run: RunRow, *, output: bool = False) -> dict[str, Any]:
                 "signal": run.signal, "duration": run.duration,
                 "fencing_token": run.fencing_token, "error": run.error,
                 "slot": iso(run.slot), "attempt": run.attempt,
-                "attempt_limit": run.attempt_limit, "manual": run.manual}
+                "attempt_limit": run.attempt_limit, "manual": run.manual,
+                "late": run.late}
     if output:
         # The run's --output-tail size is not recorded, so whether the tail is all of the
         # output cannot be told: there is no output_truncated.

@@ -4,6 +4,12 @@ The server's expiry cannot come before the moment the last successful renewal wa
 *sent* plus the ttl, so that moment, read on the local stopwatch, anchors the local
 deadline. Past `sent + ttl - margin - grace` the lock counts as lost: the command gets
 SIGTERM, and SIGKILL `grace` later, still `margin` before anyone else can take over.
+
+A renewal counts only if its answer comes before that deadline (`in_time`): one answered
+later ran at a moment nothing bounds, perhaps on a promoted standby after another host
+took the lock over on the old primary in a write the promotion lost (docs/ha.md, "Late
+answers"). Answered in time, it ran while no other holder could exist, whatever the
+servers' clocks say.
 """
 
 from __future__ import annotations
@@ -21,6 +27,9 @@ from pglock.lock import clock, lease
 RETRY_INTERVAL = 1.0
 # The smallest margin any lock keeps.
 MIN_MARGIN = 1.0
+# Why a confirmation answered after the local deadline is a lost lock.
+LATE = ("the database confirmed the lock only after its local deadline (a renewal held up "
+        "past it: another host may hold the lock by now)")
 
 
 def margin(ttl: float) -> float:
@@ -59,6 +68,13 @@ def slack(horizon: float, kill_after: float) -> float:
     """How long before the horizon the lock counts as lost: the margin, then the grace
     the command gets to stop."""
     return margin(horizon) + grace(horizon, kill_after)
+
+
+def in_time(answered: float, confirmed_at: float, horizon: float, kill_after: float) -> bool:
+    """Whether a confirmation of the lock (a renewal, a keep, a retake) answered at
+    `answered` may be acted on: before the local deadline of the confirmation sent at
+    `confirmed_at`. Else the lock counts as lost, whatever the answer says."""
+    return answered < confirmed_at + horizon - slack(horizon, kill_after)
 
 
 def rides_out(ttl: float, kill_after: float) -> float:
@@ -141,6 +157,7 @@ class Heartbeat:
         self._on_lost = on_lost
         self._on_renewed = on_renewed
         self.last_sent = acquired_sent_at
+        self.kill_after = kill_after
         self.grace = grace(renewer.horizon, kill_after)
         self.margin = margin(renewer.horizon)
         self._slack = slack(renewer.horizon, kill_after)
@@ -191,6 +208,11 @@ class Heartbeat:
                 continue
             if renewal is lease.Renewal.LOST:
                 self.lost_reason = self.renewer.lost_reason()
+                self._on_lost()
+                return
+            if not in_time(clock.now(), self.last_sent, self.renewer.horizon,
+                           self.kill_after):
+                self.lost_reason = LATE
                 self._on_lost()
                 return
             if renewal is lease.Renewal.STOP and self.stop_requested is None:

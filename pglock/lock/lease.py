@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -41,7 +42,7 @@ SELECT * FROM {schema}.acquire(
     %(version)s, %(job)s, %(mode)s, %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s,
     %(slot)s, %(handover_from)s, %(rerun)s, %(command)s, %(schedule)s, %(timezone)s,
     %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s, %(limit)s, %(final)s,
-    %(backlog)s, %(windows)s)
+    %(backlog)s, %(windows)s, %(late)s)
 """
 
 # A winner that catches up (--catch-up): the slots it will run marked, the ones it gives
@@ -78,6 +79,12 @@ SELECT {schema}.holds(%(job)s, %(holder_id)s, %(fencing_token)s)
 # A trigger skipped inside a --window records the job's windows (status reads them).
 NOTE_WINDOWS = """
 SELECT {schema}.note_windows(%(job)s, %(windows)s)
+"""
+
+# A scheduled slot a trigger gives up without a run, and why (the wait after a promotion
+# ending past --deadline).
+MISSED = """
+SELECT {schema}.missed(%(job)s, %(slot)s, %(reason)s, %(retries)s)
 """
 
 RELEASE = """
@@ -143,6 +150,12 @@ class Claim:
     # while the previous run is still going. `was_running`: the loss was that.
     final: bool = True
     was_running: bool = False
+    # Refused by the wait after a promotion alone: how long it has left (seconds), as the
+    # server said; None: refused for another reason, or won.
+    promotion_wait: float | None = None
+    # Why this claim's run starts late ('promotion_wait': it waited that wait out), for
+    # its start record.
+    late: str | None = None
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The lease as query parameters."""
@@ -152,7 +165,7 @@ class Claim:
                 "backend_pid": self.backend_pid, "slot": self.slot,
                 "handover_from": self.handover_from, "rerun": self.rerun,
                 "limit": self.limit, "final": self.final, "backlog": self.backlog,
-                "windows": self.windows, **extra}
+                "windows": self.windows, "late": self.late, **extra}
 
 
 class Attempt(enum.Enum):
@@ -183,20 +196,9 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Claim,
     older, and refuses a newer one.
     """
     params = lease.params(version=schema.VERSION, **_start_params(start))
-    try:
-        row = _acquire(conn, lease, params)
-    except _NO_SCHEMA:
-        schema.ensure(conn, lease.schema)
-        row = _acquire(conn, lease, params)
-    if row[0] != schema.VERSION:
-        # Older (or no version record): upgrade, then ask again; newer: refused.
-        schema.ensure(conn, lease.schema)
-        row = _acquire(conn, lease, params)
-        if row[0] != schema.VERSION:
-            raise SchemaError(f"schema {lease.schema!r} is version {row[0]}, not "
-                              f"{schema.VERSION}")
+    row = versioned(conn, lease.schema, lambda: _acquire(conn, lease, params))
     (_, session_held, ran, paused, token, handover_from, held_by, run_id, started_at,
-     attempt, attempt_limit, seat, was_running, missed, prior_slot) = row
+     attempt, attempt_limit, seat, was_running, missed, prior_slot, promotion_wait) = row
     if not session_held:
         raise DatabaseError(POOLED)
     if ran:
@@ -208,6 +210,8 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Claim,
             lease.handover_from = handover_from
         lease.held_by = held_by
         lease.was_running = bool(was_running)
+        lease.promotion_wait = (None if promotion_wait is None
+                                else promotion_wait.total_seconds())
         return Attempt.HELD
     lease.fencing_token = token
     lease.seat = seat
@@ -218,6 +222,26 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Claim,
     return Attempt.WON
 
 
+def versioned(conn: psycopg.Connection[Any], schema_name: str,
+              send: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+    """The answer of a run's first statement (`send`), whose first column is the schema's
+    version: on a database where the schema is missing or older, it is created or
+    upgraded and the statement sent again; a newer one is refused."""
+    try:
+        row = send()
+    except _NO_SCHEMA:
+        schema.ensure(conn, schema_name)
+        row = send()
+    if row[0] != schema.VERSION:
+        # Older (or no version record): upgrade, then ask again; newer: refused.
+        schema.ensure(conn, schema_name)
+        row = send()
+        if row[0] != schema.VERSION:
+            raise SchemaError(f"schema {schema_name!r} is version {row[0]}, not "
+                              f"{schema.VERSION}")
+    return row
+
+
 def _acquire(conn: psycopg.Connection[Any], lease: Claim,
              params: dict[str, Any]) -> tuple[Any, ...]:
     try:
@@ -226,7 +250,7 @@ def _acquire(conn: psycopg.Connection[Any], lease: Claim,
         # The start of a slot that another host's run made done since the statement's own
         # check (the slot's CHECK, the unique attempt): nothing was taken.
         return (schema.VERSION, True, True, False, None, None, None, None, None, None, None,
-                None, False, None, None)
+                None, False, None, None, None)
     assert row is not None
     return tuple(row)
 
@@ -273,6 +297,12 @@ def release(conn: psycopg.Connection[Any], lease: Claim, min_hold: float = 0, *,
     row = conn.execute(query(RELEASE, lease.schema), lease.params(
         min_hold=timedelta(seconds=min_hold), close_slot=close_slot)).fetchone()
     return bool(row and row[0])
+
+
+def missed(conn: psycopg.Connection[Any], lease: Claim, reason: str, retries: int) -> None:
+    """Record the claim's slot as given up without a run, and why."""
+    conn.execute(query(MISSED, lease.schema), {"job": lease.job, "slot": lease.slot,
+                                              "reason": reason, "retries": retries})
 
 
 def note_windows(conn: psycopg.Connection[Any], lease: Claim) -> None:

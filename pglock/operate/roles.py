@@ -21,18 +21,20 @@ from pglock.errors import OPERATOR, READER, RUNNER
 # that holder's lock.
 LOCK_COLUMNS = ("job, mode, holder, holder_pid, fencing_token, ttl, acquired_at, renewed_at, "
                 "expires_at, released_at, backend_pid, cleared_at, cleared_by, "
-                "stop_requested_at, stop_requested_by, stop_reason, timeline, stops_by")
+                "stop_requested_at, stop_requested_by, stop_reason, timeline, stops_by, "
+                "longest_ttl")
 
 # Every column of `seats` (a semaphore's, --limit) but holder_id, for the same reason.
 SEAT_COLUMNS = ("job, seat, seat_limit, mode, holder, holder_pid, fencing_token, ttl, "
                 "acquired_at, renewed_at, expires_at, released_at, cleared_at, cleared_by, "
-                "stop_requested_at, stop_requested_by, stop_reason, timeline")
+                "stop_requested_at, stop_requested_by, stop_reason, timeline, longest_ttl")
 
 # The run path's functions (db/sql/functions.sql), by signature.
 RUN_FUNCTIONS = (
+    "take(integer, text)",
     "acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint, "
     "boolean, text, text, text, timestamptz, interval, integer, integer, integer, boolean, "
-    "timestamptz[], text[])",
+    "timestamptz[], text[], text)",
     "catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz)",
     "start_run(text, text, bigint, text, timestamptz, text, text, timestamptz, interval, "
     "integer, integer)",
@@ -46,6 +48,8 @@ RUN_FUNCTIONS = (
     # The fencing guard a command calls on its own connection (docs/lease.md, "Fencing").
     "fence(text, text, bigint)",
     "note_windows(text, text[])",
+    # A slot a trigger gave up without a run (the wait after a promotion, past --deadline).
+    "missed(text, timestamptz, text, integer)",
 )
 
 # The tables a reader reads whole (locks and seats: every column but holder_id).
@@ -81,6 +85,10 @@ GRANT USAGE ON ALL SEQUENCES IN SCHEMA {{schema}} TO {OPERATOR};
 -- `pglock clear --terminate` ends a holder's backend; that needs pg_signal_backend,
 -- which may signal any non-superuser backend of the cluster: grant it only if wanted.
 -- GRANT pg_signal_backend TO {OPERATOR};
+-- An advisory contender ends the session of a holder stopped past its horizon (acquire's
+-- evict(), run as the schema's owner): without pg_signal_backend on the owner, such a
+-- job waits until its holder wakes up or is cleared (docs/advisory.md). A superuser
+-- owner needs nothing; another runs, once: GRANT pg_signal_backend TO <the owner>;
 """
 
 

@@ -93,6 +93,7 @@ SELECT coalesce(j.job, l.job) AS name,
        j.windows, coalesce(j.skipped_running, 0) AS skipped_running, j.skipped_running_slot,
        coalesce(j.skipped_running_streak, 0) AS skipped_running_streak,
        coalesce(j.catch_up_skipped, 0) AS catch_up_skipped, j.catch_up_skipped_slot,
+       coalesce(j.promotion_missed, 0) AS promotion_missed, j.promotion_missed_slot,
        -- Its own pause before a pause of every job.
        CASE WHEN own.job IS NULL THEN every_job.paused_at ELSE own.paused_at END AS paused_at,
        CASE WHEN own.job IS NULL THEN every_job.paused_by ELSE own.paused_by END AS paused_by,
@@ -147,8 +148,9 @@ COLUMNS = (
     "timezone", "grace", "last_slot", "next_slot", "last_attempt", "attempt_limit",
     "dead_slot", "dead_attempts", "dead_error", "windows", "skipped_running",
     "skipped_running_slot", "skipped_running_streak", "catch_up_skipped",
-    "catch_up_skipped_slot", "paused_at", "paused_by", "pause_reason",
-    "paused_until", "paused_everywhere", "seats_used", "seat_limit", "run_note", "listed")
+    "catch_up_skipped_slot", "promotion_missed", "promotion_missed_slot", "paused_at",
+    "paused_by", "pause_reason", "paused_until", "paused_everywhere", "seats_used",
+    "seat_limit", "run_note", "listed")
 # When a job asked for by name was forgotten (None: it never ran here).
 FORGOTTEN = """
 SELECT forgotten_at FROM {schema}.jobs WHERE job = %(job)s AND forgotten_at IS NOT NULL
@@ -352,14 +354,17 @@ class Due:
 @dataclass(frozen=True)
 class Skipped:
     """Slots of a scheduled job that no run took, and why: the trigger found the run of an
-    earlier slot still going (`running`; `streak` of them in a row), or a catch-up gave
-    them up (older than its limit or deadline)."""
+    earlier slot still going (`running`; `streak` of them in a row), a catch-up gave
+    them up (older than its limit or deadline), or the wait after a promotion ended past
+    the trigger's --deadline (`promotion`)."""
 
     running: int = 0
     running_slot: datetime | None = None
     streak: int = 0
     catch_up: int = 0
     catch_up_slot: datetime | None = None
+    promotion: int = 0
+    promotion_slot: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -538,7 +543,8 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
      last_finished_at, last_duration, last_success_at, outcome_counts, consecutive_failures,
      schedule_expr, timezone, grace, last_slot, next_slot, last_attempt, attempt_limit,
      dead_slot, dead_attempts, dead_error, windows, skipped_running, skipped_running_slot,
-     skipped_running_streak, catch_up_skipped, catch_up_skipped_slot, paused_at, paused_by,
+     skipped_running_streak, catch_up_skipped, catch_up_skipped_slot, promotion_missed,
+     promotion_missed_slot, paused_at, paused_by,
      pause_reason, paused_until, paused_everywhere, seats_used, seat_limit, run_note, _) = row
     lock = None
     if lock_mode is not None:
@@ -552,7 +558,8 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
     due, note = standing(schedule_expr, timezone, grace, last_slot, next_slot, now, windows)
     window_until = in_window(windows, timezone, now) if windows else None
     skipped = Skipped(int(skipped_running), skipped_running_slot, int(skipped_running_streak),
-                      int(catch_up_skipped), catch_up_skipped_slot)
+                      int(catch_up_skipped), catch_up_skipped_slot, int(promotion_missed),
+                      promotion_missed_slot)
     run_open = bool(run_open)
     pause = None
     if paused_at is not None:

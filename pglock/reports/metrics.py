@@ -92,6 +92,10 @@ FAMILIES = (
     Family("pglock_job_slots_skipped_catch_up_total", "counter",
            "Missed slots a catch-up gave up (older than --catch-up-limit or --deadline).",
            lambda j: None if j.schedule is None else float(j.skipped.catch_up)),
+    Family("pglock_job_slots_missed_promotion_wait_total", "counter",
+           "Slots of the job given up because the wait after a promotion ended past the "
+           "trigger's --deadline.",
+           lambda j: None if j.schedule is None else float(j.skipped.promotion)),
     Family("pglock_job_in_window", "gauge",
            "1 while the job is inside one of its maintenance windows (--window).",
            lambda j: None if j.schedule is None else _flag(j.window_until is not None)),

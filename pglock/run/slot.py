@@ -21,7 +21,7 @@ from pglock.db import database
 from pglock.db.database import Reconnecting
 from pglock.errors import ExitStatus, Interrupted, PglockError
 from pglock.lock import clock, lease, ledger
-from pglock.lock.heartbeat import Heartbeat, watchdogs_turn
+from pglock.lock.heartbeat import LATE, Heartbeat, slack, watchdogs_turn
 from pglock.lock.ledger import Outcome, RunResult
 from pglock.run import output
 from pglock.run.notify import Notifier
@@ -44,6 +44,9 @@ log = logging.getLogger(__name__)
 # How long a trigger skipped inside a --window spends on recording the windows: its one
 # connection attempt (libpq's shortest connect_timeout) and its one statement each.
 WINDOW_NOTE_TIMEOUT = 2.0
+# The most a trigger refused by the wait after a promotion adds to the wait's end, at
+# random: the hosts of a fleet come back spread over it, not in one storm.
+PROMOTION_JITTER = 5.0
 
 
 def execute(options: RunOptions, conninfo: str) -> int:
@@ -231,6 +234,7 @@ class Slot:
             return False
         deadline = min(clock.now() + self.options.wait, start_by)
         attempt = 0
+        waited_out = False
         with database.translated(f"cannot take the lock of job {self.claim.job!r}"):
             conn = self.session.get()
             # A connection cut under the statement (a failover, a restart, a terminated
@@ -256,6 +260,20 @@ class Slot:
                     self.notifier.acquired(self.claim.fencing_token, self.claim.slot)
                     self.sent = sent
                     return True
+                if (outcome is lease.Attempt.HELD and self.claim.promotion_wait is not None
+                        and not waited_out):
+                    # Refused by the wait after a promotion alone: wait for its end, whatever
+                    # --wait says, and try once more (the run then says it started late).
+                    waited_out = True
+                    until = self._promotion_wait_until()
+                    if until > start_by:
+                        self._missed(conn, until)
+                        return False
+                    self.claim.late = "promotion_wait"
+                    while clock.now() < until:
+                        self.gate.pause(until - clock.now())
+                    deadline = max(deadline, clock.now())
+                    continue
                 remaining = deadline - clock.now()
                 if outcome is not lease.Attempt.HELD or remaining <= 0:
                     self._skipped(conn, outcome)
@@ -267,6 +285,31 @@ class Slot:
                 # Cut short by a stop signal, which is then raised.
                 self.gate.pause(min(remaining,
                                     random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2**attempt)))
+
+    def _promotion_wait_until(self) -> float:
+        """When to try again after a refusal by the wait after a promotion: its end as the
+        server said (at most a ttl away), plus a jitter, so that the hosts of a fleet do
+        not all come back at once."""
+        assert self.claim.promotion_wait is not None
+        left = min(self.claim.promotion_wait, self.claim.ttl)
+        log.debug("job %r: refused by the wait after a promotion, %.1fs left: waiting for "
+                  "its end", self.claim.job, left)
+        return clock.now() + left + random.uniform(0, PROMOTION_JITTER)
+
+    def _missed(self, conn: psycopg.Connection[object], until: float) -> None:
+        """The wait after a promotion ends past --deadline: the slot is given up, recorded
+        missed with that reason (history, check and the dashboard count it; --catch-up may
+        take it later)."""
+        claim = self.claim
+        log.debug("job %r: skipped: the wait after a promotion ends past --deadline",
+                  claim.job)
+        if claim.slot is not None:
+            try:
+                lease.missed(conn, claim, "promotion_wait", self.options.retries)
+            except (psycopg.Error, PglockError) as error:
+                log.info("job %r: the missed slot could not be recorded (%s)", claim.job,
+                         database.first_line(error))
+        self.notifier.skipped("promotion_wait", until=until)
 
     def _try_acquire(self, conn: psycopg.Connection[object], start: ledger.RunStart | None,
                      ) -> lease.Attempt:
@@ -536,8 +579,18 @@ class Slot:
                           else lease.renew(self.session.get(), self.claim))
             if renewal is lease.Renewal.LOST:
                 return renewer.lost_reason()
+            if clock.now() >= self._lost_at():
+                return LATE
             self.sent = sent
         return None
+
+    def _lost_at(self) -> float:
+        """The local deadline of the lock's last confirmation (`sent`): a confirmation
+        answered later is not acted on (heartbeat.in_time)."""
+        from pglock.run import keeping
+
+        horizon = keeping.horizon(self.claim)
+        return self.sent + horizon - slack(horizon, self.options.kill_after)
 
     def _release_unstarted(self, conn: psycopg.Connection[object]) -> None:
         # Nothing ran: others need not wait out our lease.
@@ -579,6 +632,8 @@ class Slot:
             if not renewed:
                 raise PglockError(f"job {self.claim.job!r}: lock lost: another host took "
                                   "the lock while we were cut off")
+            if clock.now() >= self._lost_at():
+                raise PglockError(f"job {self.claim.job!r}: lock lost: {LATE}")
             self.sent = sent
             return conn
 
@@ -606,6 +661,8 @@ class Slot:
                 watchdogs_turn(kill_at, margin))
         try:
             result, code = keeping.supervise(supervision, capture, self.session)
+            # The lock's last confirmation: a keep for the next attempt counts against it.
+            self.sent = heartbeat.last_sent
         except Exception as error:
             # A bug of ours must not leave the command running unlocked, nor the run
             # unrecorded.
@@ -693,8 +750,16 @@ class Slot:
             result.outcome is Outcome.SUCCEEDED or result.retryable))
         recorded = record_end(self.session, self.claim, run.id, result,
                               then="keep" if keep else then or "release")
-        if keep and recorded.kept_at is None and recorded.failure is not None:
-            # Neither kept nor known released: let it go (it expires in its ttl otherwise).
+        late = (recorded.kept_at is not None and recorded.answered is not None
+                and recorded.answered >= self._lost_at())
+        if late:
+            # Kept, but answered past the lock's local deadline: not acted on.
+            log.warning("job %r: %s; the lock is released and no further attempt is made "
+                        "here", self.claim.job, LATE)
+            recorded = recorded._replace(kept_at=None)
+        if keep and recorded.kept_at is None and (recorded.failure is not None or late):
+            # Neither kept nor known released, or kept too late to count: let it go (it
+            # expires in its ttl otherwise).
             with contextlib.suppress(psycopg.Error, PglockError):
                 lease.release(self.session.get(), self.claim, self.claim.hold)
         if say and recorded.failure is not None:

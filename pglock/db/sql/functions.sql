@@ -83,40 +83,95 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- sighting: this timeline, when a pglock first saw it (recorded now if nobody had: one row
--- per timeline, conflict-free), and whether the schema saw an earlier one (a promotion
--- since its creation). Called by acquire with synchronous_commit on: the sighting is
--- durable before any lock is taken under it.
+-- per timeline, conflict-free), whether the schema saw an earlier one (a promotion since
+-- its creation), the longest ttl granted on this timeline so far, and the longest granted
+-- on the newest earlier one (what a job with no row waits for after a promotion: a lost
+-- first acquisition's ttl cannot be read, only the longest the old primary had
+-- replicated; docs/ha.md, "One ttl per job"). Called by acquire with synchronous_commit
+-- on: the sighting is durable before any lock is taken under it; and by a holder's renew,
+-- finish or release that finds its row of an older timeline, so that the wait after a
+-- promotion counts from the first statement of any pglock on the new primary.
 CREATE OR REPLACE FUNCTION {schema}.sighting()
-RETURNS TABLE (timeline bigint, first_seen timestamptz, promoted boolean)
+RETURNS TABLE (timeline bigint, first_seen timestamptz, promoted boolean,
+               longest_ttl interval, prior_longest_ttl interval)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_timeline bigint := {schema}.timeline();
-    v_first timestamptz;
+    v_seen record;
 BEGIN
-    SELECT t.first_seen INTO v_first FROM {schema}.timelines t WHERE t.timeline = v_timeline;
-    IF v_first IS NULL THEN
+    SELECT t.first_seen, t.longest_ttl INTO v_seen FROM {schema}.timelines t
+    WHERE t.timeline = v_timeline;
+    IF v_seen.first_seen IS NULL THEN
         INSERT INTO {schema}.timelines (timeline, first_seen)
         VALUES (v_timeline, clock_timestamp()) ON CONFLICT DO NOTHING;
-        SELECT t.first_seen INTO v_first FROM {schema}.timelines t
+        SELECT t.first_seen, t.longest_ttl INTO v_seen FROM {schema}.timelines t
         WHERE t.timeline = v_timeline;
     END IF;
-    RETURN QUERY SELECT v_timeline, v_first,
-        EXISTS (SELECT 1 FROM {schema}.timelines t WHERE t.timeline < v_timeline);
+    RETURN QUERY SELECT v_timeline, v_seen.first_seen, p.timeline IS NOT NULL,
+                        v_seen.longest_ttl, p.longest_ttl
+    FROM (SELECT 1) one LEFT JOIN LATERAL (
+        SELECT t.timeline, t.longest_ttl FROM {schema}.timelines t
+        WHERE t.timeline < v_timeline ORDER BY t.timeline DESC LIMIT 1) p ON true;
 END
 $$;
 
--- restamp: the timeline a holder's own write (renew, release, finish) records on its row
--- or seat: the current one while the row has not expired, its old one else. Only an
--- expired row can have been taken over on an old primary, in a write lost with it; a
--- holder that renews (or releases) an expired row on the new primary is past its local
--- deadline, and the holder of that lost takeover may still be running: the row keeps its
--- old timeline, and the wait of acquire (docs/ha.md) with it. (expires_at: the row's
--- value before the write.)
-CREATE OR REPLACE FUNCTION {schema}.restamp(p_timeline bigint, p_expires timestamptz)
-RETURNS bigint
+-- granted: a ttl this timeline has just granted, kept as its longest when it is longer
+-- (written only then: rarely). Never lowered, so a write lost in a failover can only lose
+-- the newest raise.
+CREATE OR REPLACE FUNCTION {schema}.granted(p_timeline bigint, p_ttl interval)
+RETURNS void
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE WHEN p_expires > clock_timestamp() THEN {schema}.timeline()
-                ELSE p_timeline END
+    UPDATE {schema}.timelines SET longest_ttl = p_ttl
+    WHERE timeline = p_timeline AND (longest_ttl IS NULL OR longest_ttl < p_ttl);
+$$;
+
+-- keeps: whether a holder may go on under its own row (renew it, keep it for another
+-- attempt, start an attempt under it, fence a write with it). On the current timeline,
+-- always: a takeover would have changed the holder id. On an older one, only until the
+-- row's holder would have stopped its command (stops_by, else the expiry): past that, the
+-- old primary may have let another host take the row, in a write lost with it, whose
+-- holder still runs (docs/ha.md, "Asynchronous replication"). This compares the old
+-- primary's timestamps with this server's clock; pglock itself also acts on a
+-- confirmation only when its answer came before its previous local deadline, which
+-- needs no clock of the servers at all (docs/ha.md, "Late answers").
+CREATE OR REPLACE FUNCTION {schema}.keeps(p_timeline bigint, p_expires timestamptz,
+                                          p_stops_by timestamptz)
+RETURNS boolean
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(p_timeline, 0) >= {schema}.timeline()
+        OR coalesce(p_stops_by, p_expires) > clock_timestamp()
+$$;
+
+-- evict: end the session of an advisory holder that is stopped or cut off (a Ctrl-Z, a
+-- debugger, a frozen VM whose kernel still answers keepalives), so that the job can be
+-- taken over: only when its row, stamped by this server in this life of its lock table,
+-- is past the horizon by which its holder has stopped its command (stops_by: its
+-- watchdog's deadline has passed), and its recorded backend still holds the session
+-- lock. False when there is nobody to evict, or the schema's owner may not end that
+-- backend (it lacks pg_signal_backend: pglock doctor says so); the contender then skips.
+CREATE OR REPLACE FUNCTION {schema}.evict(p_job text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_pid integer;
+BEGIN
+    SELECT l.backend_pid INTO v_pid FROM {schema}.locks l
+    WHERE l.job = p_job AND l.mode = 'advisory' AND l.released_at IS NULL
+      AND l.cleared_at IS NULL AND l.stops_by <= clock_timestamp()
+      AND l.incarnation = {schema}.incarnation()
+      AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+                  WHERE k.locktype = 'advisory' AND k.objsubid = 1 AND k.granted
+                    AND k.pid = l.backend_pid
+                    AND ((k.classid::bigint << 32) | k.objid::bigint)
+                        = {schema}.advisory_key(p_job)
+                    AND k.database = (SELECT oid FROM pg_catalog.pg_database
+                                      WHERE datname = current_database()));
+    IF v_pid IS NULL OR v_pid = pg_backend_pid() THEN
+        RETURN false;
+    END IF;
+    RETURN pg_terminate_backend(v_pid, 1000);
+EXCEPTION WHEN insufficient_privilege THEN
+    RETURN false;
+END
 $$;
 
 -- next_token: the fencing token after p_previous (NULL: none yet) on timeline p_timeline.
@@ -153,12 +208,13 @@ $$;
 -- new row is attempt 1 whatever the caller says: the first attempt's start commits with
 -- the lock, so a holder whose slot row was lost has lost its lock too; and the CHECK
 -- applies to the row proposed, before the conflict, whose limit a replay may have
--- raised on the existing one.)
+-- raised on the existing one.) p_late: why the run starts late (version 9:
+-- 'promotion_wait', it waited out the wait after a promotion), shown by history.
 CREATE OR REPLACE FUNCTION {schema}.record_start(
     p_job text, p_slot timestamptz, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_fencing_token bigint, p_command text, p_schedule text,
     p_timezone text, p_next_slot timestamptz, p_grace interval, p_retries integer,
-    p_attempt integer)
+    p_attempt integer, p_late text DEFAULT NULL)
 RETURNS TABLE (run_id bigint, started_at timestamptz, attempt integer, attempt_limit integer)
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 WITH claim AS (
@@ -190,13 +246,13 @@ WITH claim AS (
 ), started AS (
     INSERT INTO {schema}.runs
         (job, slot, mode, holder, holder_pid, fencing_token, command, started_at, outcome,
-         attempt, manual, claim_digest, seat)
+         attempt, manual, claim_digest, seat, late_reason)
     SELECT p_job, p_slot, p_mode, p_holder, p_holder_pid, p_fencing_token,
            p_command, clock_timestamp(), 'running',
            coalesce((SELECT attempts FROM opened), p_attempt),
            p_slot IS NULL AND EXISTS (
                SELECT 1 FROM {schema}.jobs WHERE job = p_job AND schedule IS NOT NULL),
-           sha256(convert_to(p_holder_id, 'UTF8')), (SELECT seat FROM claim)
+           sha256(convert_to(p_holder_id, 'UTF8')), (SELECT seat FROM claim), p_late
     RETURNING id, started_at, attempt,
               coalesce((SELECT attempt_limit FROM opened), 1 + p_retries) AS limit_
 ), latest_abandoned AS (
@@ -251,16 +307,48 @@ WITH claim AS (
 SELECT id, started_at, attempt, limit_ FROM started
 $$;
 
+-- take: an advisory contender's first statement (a loser sends no other): the job's
+-- session lock, tried without waiting, on the caller's session, which must then stay
+-- the holder's own. Session locks stack: one this session holds already (a holder's own
+-- statement sent again) is not taken twice. A holder stopped or cut off past its
+-- horizon, whose session lives on, is ended first (evict), so that its job is taken over
+-- (version 9). It acts only when the caller's version is the schema's (as acquire).
+CREATE OR REPLACE FUNCTION {schema}.take(p_version integer, p_job text)
+RETURNS TABLE (schema_version integer, taken boolean, session_pid integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    SELECT value::integer INTO schema_version FROM {schema}.meta WHERE key = 'version';
+    session_pid := pg_backend_pid();
+    taken := false;
+    IF schema_version IS DISTINCT FROM p_version THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- Nested: the order matters (an expression's parts may be evaluated in any order).
+    taken := {schema}.session_holds(p_job);
+    IF NOT taken THEN
+        taken := pg_try_advisory_lock({schema}.advisory_key(p_job));
+        IF NOT taken THEN
+            IF {schema}.evict(p_job) THEN
+                taken := pg_try_advisory_lock({schema}.advisory_key(p_job));
+            END IF;
+        END IF;
+    END IF;
+    RETURN NEXT;
+END
+$$;
+
 -- acquire: take the job's lock, or with p_limit > 1 the lowest free of its seats, and
 -- record the run's start.
 -- The rules of docs/lease.md ("Semaphores" for the seats); when taken and p_command is
 -- not NULL, the run is recorded as started: one statement for a winner, and for a loser,
 -- which learns why it lost and whom it waits for. A slot that is done is done even after
 -- its last run released the lock; a paused job (or every job paused, the empty name) is
--- skipped. In advisory mode the caller's session must hold the job's session lock, which
--- proves an unreleased advisory row's holder gone. It acts only when the caller's version
--- is the schema's: an older pglock asks for an upgrade, a newer schema refuses an older
--- pglock (it returns the version alone).
+-- skipped. In advisory mode the caller's session must hold the job's session lock
+-- (take), which proves an unreleased advisory row's holder gone. It acts only when the
+-- caller's version is the schema's: an older pglock asks for an upgrade, a newer schema
+-- refuses an older pglock (it returns the version alone).
 -- Schedules, round two (docs/schedules.md): a final loser of a slot (p_final: it will not
 -- try again) that finds the lock held by a run of an older slot counts the slot as
 -- skipped while running, once per slot however many hosts lose it (was_running says so
@@ -268,28 +356,38 @@ $$;
 -- which have no run yet since the job's last slot (missed_slots) and that slot
 -- (prior_slot); it then records no start of its own slot, whose run comes after them.
 -- Slots that went by while the job was paused are not caught up.
+-- After a promotion (version 9, docs/ha.md): a loser refused by the wait alone (the row,
+-- or its absence, would be taken but for it) learns how long the wait has left
+-- (promotion_wait), so that a trigger can wait for it and try once more (p_late then
+-- says so on its run).
 CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_version integer, p_job text, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_ttl interval, p_slot timestamptz, p_handover_from bigint,
     p_rerun boolean, p_command text, p_schedule text, p_timezone text,
     p_next_slot timestamptz, p_grace interval, p_retries integer, p_attempt integer,
-    p_limit integer, p_final boolean, p_backlog timestamptz[], p_windows text[])
+    p_limit integer, p_final boolean, p_backlog timestamptz[], p_windows text[],
+    p_late text)
 RETURNS TABLE (schema_version integer, session_held boolean, slot_ran boolean,
                is_paused boolean, token bigint, first_handover bigint, held_by text,
                run_id bigint, run_started_at timestamptz, run_attempt integer,
                run_attempt_limit integer, seat integer, was_running boolean,
-               missed_slots timestamptz[], prior_slot timestamptz)
+               missed_slots timestamptz[], prior_slot timestamptz,
+               promotion_wait interval)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     v_version integer;
     v_held boolean := p_mode = 'lease';
+    v_tried boolean := false;
     v_seat integer;
     v_own integer;
     v_incarnation text;
     v_timeline record;
-    -- A job (or seat) with no row waits out a promotion's window too (docs/ha.md).
+    -- A job (or seat) with no row waits out a promotion's window too (docs/ha.md), for
+    -- the longest ttl the newest earlier timeline granted, or the contender's own.
+    v_no_row_ttl interval;
     v_no_row_waits boolean;
+    v_wait_until timestamptz;
 BEGIN
     SELECT value::integer INTO v_version FROM {schema}.meta WHERE key = 'version';
     schema_version := v_version;
@@ -309,13 +407,15 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'on', true);
     -- After a promotion (docs/ha.md, "Asynchronous replication"): a row last written
     -- under an older timeline may hide a holder whose writes the old primary lost, so it
-    -- is taken by nobody else until the larger ttl has passed since this timeline was
-    -- first seen; that holder stops at its next renewal, before. A job with no row waits
-    -- as long (a lost first acquisition leaves none), unless the schema never saw a
-    -- promotion. On the first timeline, and after a restart, nothing waits.
+    -- is taken by nobody, its own holder included, until the longest ttl granted for it
+    -- (or the contender's, if longer) has passed since this timeline was first seen;
+    -- that holder stops by then. A job with no row waits as long (a lost first
+    -- acquisition leaves none), unless the schema never saw a promotion. On the first
+    -- timeline, and after a restart, nothing waits.
     SELECT * INTO v_timeline FROM {schema}.sighting();
+    v_no_row_ttl := greatest(p_ttl, v_timeline.prior_longest_ttl);
     v_no_row_waits := v_timeline.promoted
-                      AND clock_timestamp() < v_timeline.first_seen + p_ttl;
+                      AND clock_timestamp() < v_timeline.first_seen + v_no_row_ttl;
     -- A run without an attempt number is an older pglock's: for those, one run per slot.
     slot_ran := p_slot IS NOT NULL AND (
         EXISTS (SELECT 1 FROM {schema}.slots WHERE job = p_job AND slot = p_slot
@@ -331,6 +431,7 @@ BEGIN
         -- Contenders try the seats in the same order, so they queue on a row each.
         IF NOT EXISTS (SELECT 1 FROM {schema}.locks WHERE job = p_job
                        AND expires_at > clock_timestamp()) THEN
+            v_tried := true;
             -- A claim that holds a seat already (a resent statement) keeps that one.
             SELECT s.seat INTO v_own FROM {schema}.seats s
             WHERE s.job = p_job AND s.holder_id = p_holder_id AND s.cleared_at IS NULL
@@ -339,11 +440,12 @@ BEGIN
                           WHERE v_own IS NULL OR g = v_own ORDER BY g LOOP
                 INSERT INTO {schema}.seats AS s
                     (job, seat, seat_limit, mode, holder, holder_pid, holder_id,
-                     fencing_token, ttl, acquired_at, renewed_at, expires_at, timeline)
+                     fencing_token, ttl, acquired_at, renewed_at, expires_at, timeline,
+                     longest_ttl)
                 SELECT p_job, v_seat, p_limit, p_mode, p_holder, p_holder_pid,
                        p_holder_id, {schema}.next_token(NULL, v_timeline.timeline), p_ttl,
                        clock_timestamp(), clock_timestamp(), clock_timestamp() + p_ttl,
-                       v_timeline.timeline
+                       v_timeline.timeline, p_ttl
                 WHERE NOT v_no_row_waits OR EXISTS (
                     SELECT 1 FROM {schema}.seats WHERE job = p_job AND seat = v_seat)
                 ON CONFLICT (job, seat) DO UPDATE SET
@@ -355,15 +457,18 @@ BEGIN
                     renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
                     released_at = NULL, cleared_at = NULL, cleared_by = NULL,
                     stop_requested_at = NULL, stop_requested_by = NULL,
-                    stop_reason = NULL, timeline = excluded.timeline
+                    stop_reason = NULL, timeline = excluded.timeline,
+                    longest_ttl = CASE WHEN coalesce(s.timeline, 0) >= excluded.timeline
+                                       THEN greatest(s.longest_ttl, s.ttl, excluded.ttl)
+                                       ELSE excluded.ttl END
                 WHERE (s.expires_at <= clock_timestamp()
                        OR s.holder_id = excluded.holder_id
                        OR (s.released_at IS NOT NULL
                            AND (p_rerun OR p_handover_from IS NOT NULL)))
                   -- A seat from before a promotion: as the lock below.
-                  AND ((s.holder_id = excluded.holder_id AND s.expires_at > clock_timestamp())
-                       OR coalesce(s.timeline, 0) >= excluded.timeline
-                       OR clock_timestamp() >= v_timeline.first_seen + greatest(s.ttl, p_ttl))
+                  AND (coalesce(s.timeline, 0) >= excluded.timeline
+                       OR clock_timestamp() >= v_timeline.first_seen
+                                               + greatest(s.longest_ttl, s.ttl, p_ttl))
                 RETURNING s.fencing_token INTO token;
                 IF token IS NOT NULL THEN
                     seat := v_seat;
@@ -377,24 +482,36 @@ BEGIN
             SELECT string_agg(s.holder, ', ' ORDER BY s.seat) INTO held_by
             FROM {schema}.seats s
             WHERE s.job = p_job AND s.expires_at > clock_timestamp();
-            RETURN NEXT;
-            RETURN;
+            IF v_tried THEN
+                -- The first seat free but for the wait (none: all held).
+                SELECT min(CASE WHEN s.seat IS NULL AND v_no_row_waits
+                                THEN v_timeline.first_seen + v_no_row_ttl
+                                WHEN coalesce(s.timeline, 0) < v_timeline.timeline
+                                 AND s.expires_at <= clock_timestamp()
+                                THEN v_timeline.first_seen
+                                     + greatest(s.longest_ttl, s.ttl, p_ttl) END)
+                INTO v_wait_until
+                FROM generate_series(1, p_limit) g
+                LEFT JOIN {schema}.seats s ON s.job = p_job AND s.seat = g;
+            END IF;
         END IF;
     ELSIF NOT slot_ran AND NOT is_paused
           -- A semaphore's seats held: a plain run of the job waits for them.
           AND NOT EXISTS (SELECT 1 FROM {schema}.seats WHERE job = p_job
                            AND expires_at > clock_timestamp()) THEN
+        v_tried := true;
         INSERT INTO {schema}.locks AS l
             (job, mode, holder, holder_pid, holder_id, fencing_token, ttl,
              acquired_at, renewed_at, expires_at, backend_pid, incarnation, timeline,
-             stops_by)
+             stops_by, longest_ttl)
         SELECT p_job, p_mode, p_holder, p_holder_pid, p_holder_id,
                {schema}.next_token(NULL, v_timeline.timeline), p_ttl,
                clock_timestamp(), clock_timestamp(), clock_timestamp() + p_ttl,
                CASE WHEN p_mode = 'advisory' THEN pg_backend_pid() END, v_incarnation,
                v_timeline.timeline,
                CASE WHEN p_mode = 'advisory'
-                    THEN clock_timestamp() + {schema}.advisory_horizon(p_ttl) END
+                    THEN clock_timestamp() + {schema}.advisory_horizon(p_ttl) END,
+               p_ttl
         WHERE NOT v_no_row_waits OR EXISTS (SELECT 1 FROM {schema}.locks WHERE job = p_job)
         ON CONFLICT (job) DO UPDATE SET
             mode = excluded.mode, holder = excluded.holder, holder_pid = excluded.holder_pid,
@@ -405,7 +522,11 @@ BEGIN
             released_at = NULL, backend_pid = excluded.backend_pid,
             incarnation = excluded.incarnation, cleared_at = NULL, cleared_by = NULL,
             stop_requested_at = NULL, stop_requested_by = NULL, stop_reason = NULL,
-            timeline = excluded.timeline, stops_by = excluded.stops_by
+            timeline = excluded.timeline, stops_by = excluded.stops_by,
+            -- The longest ttl granted on the row's timeline: what the next promotion waits.
+            longest_ttl = CASE WHEN coalesce(l.timeline, 0) >= excluded.timeline
+                               THEN greatest(l.longest_ttl, l.ttl, excluded.ttl)
+                               ELSE excluded.ttl END
         WHERE (l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
                -- Holding the advisory lock proves an unreleased advisory row's holder has
                -- lost its session, on the server (and in the life of its lock table) that
@@ -420,22 +541,34 @@ BEGIN
                -- this holder (or an earlier one), or a deliberate rerun.
                OR (l.released_at IS NOT NULL
                    AND (p_rerun OR l.fencing_token >= p_handover_from)))
-          -- Last written under an older timeline: nobody else before the window's end,
-          -- and its own holder (an acquire sent again after a cut) only while it has not
-          -- expired: an expired row may hide a takeover the old primary lost, whose holder
-          -- still runs (found by the model: docs/model.md, mutant RESEND_ANYTIME).
-          AND ((l.holder_id = excluded.holder_id AND l.expires_at > clock_timestamp())
-               OR coalesce(l.timeline, 0) >= excluded.timeline
-               OR clock_timestamp() >= v_timeline.first_seen + greatest(l.ttl, p_ttl))
+          -- Last written under an older timeline: nobody before the window's end, its own
+          -- holder (an acquire sent again after a cut) neither: whatever its expiry says,
+          -- the old primary may have let another host take it over in a write lost with
+          -- it, and an old timestamp read on a new clock proves nothing (found by the
+          -- model: docs/model.md, mutants RESEND_ANYTIME and RESEND_UNEXPIRED).
+          AND (coalesce(l.timeline, 0) >= excluded.timeline
+               OR clock_timestamp() >= v_timeline.first_seen
+                                       + greatest(l.longest_ttl, l.ttl, p_ttl))
         RETURNING l.fencing_token INTO token;
     END IF;
     IF token IS NULL THEN
         -- The first holder a contender that starts waiting now may take over from at its
         -- release: the one running, or (released, in its hold) whoever takes it next.
         SELECT CASE WHEN released_at IS NULL THEN fencing_token ELSE fencing_token + 1 END,
-               CASE WHEN expires_at > clock_timestamp() THEN holder END
-        INTO first_handover, held_by
+               CASE WHEN expires_at > clock_timestamp() THEN holder END,
+               -- Free but for the wait after a promotion: when the wait ends.
+               CASE WHEN v_tried AND p_limit <= 1
+                         AND coalesce(timeline, 0) < v_timeline.timeline
+                         AND expires_at <= clock_timestamp()
+                    THEN v_timeline.first_seen + greatest(longest_ttl, ttl, p_ttl) END
+        INTO first_handover, held_by, v_wait_until
         FROM {schema}.locks WHERE job = p_job;
+        IF NOT FOUND AND v_tried AND p_limit <= 1 AND v_no_row_waits THEN
+            v_wait_until := v_timeline.first_seen + v_no_row_ttl;
+        END IF;
+        IF v_wait_until > clock_timestamp() THEN
+            promotion_wait := v_wait_until - clock_timestamp();
+        END IF;
         IF p_slot IS NOT NULL AND NOT slot_ran AND NOT is_paused AND held_by IS NOT NULL THEN
             -- Held by a run of an older slot (or its retries): this slot is skipped while
             -- running. Counted by the first final loser only (the others find the slot
@@ -457,6 +590,9 @@ BEGIN
         END IF;
         RETURN NEXT;
         RETURN;
+    END IF;
+    IF v_timeline.longest_ttl IS NULL OR v_timeline.longest_ttl < p_ttl THEN
+        PERFORM {schema}.granted(v_timeline.timeline, p_ttl);
     END IF;
     IF p_backlog IS NOT NULL THEN
         -- Only against the same schedule: a new expression starts afresh.
@@ -490,7 +626,7 @@ BEGIN
         INTO run_id, run_started_at, run_attempt, run_attempt_limit
         FROM {schema}.record_start(p_job, p_slot, p_mode, p_holder, p_holder_pid,
                                    p_holder_id, token, p_command, p_schedule, p_timezone,
-                                   p_next_slot, p_grace, p_retries, p_attempt) s;
+                                   p_next_slot, p_grace, p_retries, p_attempt, p_late) s;
     END IF;
     IF p_slot IS NOT NULL THEN
         -- The job's windows as this run gives them (status reads them); written only when
@@ -514,7 +650,8 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM 1 FROM {schema}.locks
     WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp();
+      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp()
+      AND {schema}.keeps(timeline, expires_at, stops_by);
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -550,12 +687,13 @@ DECLARE
 BEGIN
     SELECT mode, holder, holder_pid INTO v_lock FROM {schema}.locks
     WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp();
+      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp()
+      AND {schema}.keeps(timeline, expires_at, stops_by);
     IF NOT FOUND THEN
         SELECT mode, holder, holder_pid INTO v_lock FROM {schema}.seats
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
           AND cleared_at IS NULL AND released_at IS NULL
-          AND expires_at > clock_timestamp();
+          AND expires_at > clock_timestamp() AND {schema}.keeps(timeline, expires_at, NULL);
     END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the lock of this job is no longer held by this run'
@@ -582,13 +720,19 @@ $$;
 
 -- renew: push the expiry out by the ttl while the lock or seat is still the caller's.
 -- Only while the row still carries the caller's claim and has not been cleared (in
--- advisory mode, only while this very session holds the session lock); says whether an
--- operator asked for the command to stop (`pglock stop`).
+-- advisory mode, only while this very session holds the session lock), and, last written
+-- under an older timeline, only while no takeover can have been lost with the old
+-- primary (keeps); says whether an operator asked for the command to stop (`pglock
+-- stop`). The row keeps the timeline it has (version 9): only an acquisition stamps one,
+-- so the wait after a promotion covers a row whose holder carried on, and the first
+-- renewal on a new timeline records its sighting.
 CREATE OR REPLACE FUNCTION {schema}.renew(
     p_job text, p_holder_id text, p_fencing_token bigint, p_advisory boolean)
 RETURNS TABLE (held boolean, renewed boolean, expires timestamptz, stop boolean, why text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
+DECLARE
+    v_timeline bigint;
 BEGIN
     held := NOT p_advisory OR {schema}.session_holds(p_job);
     renewed := false;
@@ -600,27 +744,28 @@ BEGIN
         SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
             incarnation = CASE WHEN p_advisory THEN {schema}.incarnation()
                                ELSE incarnation END,
-            timeline = {schema}.restamp(timeline, expires_at),
             stops_by = CASE WHEN p_advisory
                             THEN clock_timestamp() + {schema}.advisory_horizon(ttl) END
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-          AND cleared_at IS NULL
+          AND cleared_at IS NULL AND {schema}.keeps(timeline, expires_at, stops_by)
         RETURNING expires_at, stop_requested_at IS NOT NULL,
                   coalesce(stop_reason, 'no reason given') || ' (by ' || stop_requested_by
-                  || ')'
-        INTO expires, stop, why;
+                  || ')', timeline
+        INTO expires, stop, why, v_timeline;
         renewed := FOUND;
         IF NOT renewed THEN
             UPDATE {schema}.seats
-            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
-                timeline = {schema}.restamp(timeline, expires_at)
+            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
             WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-              AND cleared_at IS NULL
+              AND cleared_at IS NULL AND {schema}.keeps(timeline, expires_at, NULL)
             RETURNING expires_at, stop_requested_at IS NOT NULL,
                       coalesce(stop_reason, 'no reason given') || ' (by ' || stop_requested_by
-                      || ')'
-            INTO expires, stop, why;
+                      || ')', timeline
+            INTO expires, stop, why, v_timeline;
             renewed := FOUND;
+        END IF;
+        IF renewed AND coalesce(v_timeline, 0) < {schema}.timeline() THEN
+            PERFORM {schema}.sighting();
         END IF;
         stop := coalesce(stop, false);
     END IF;
@@ -674,21 +819,27 @@ RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_ours boolean;
+    v_timeline bigint;
 BEGIN
     PERFORM set_config('synchronous_commit', 'on', true);
     UPDATE {schema}.locks
     SET expires_at = greatest(clock_timestamp(), acquired_at + p_min_hold),
-        released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
+        released_at = clock_timestamp()
     WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-      AND cleared_at IS NULL;
+      AND cleared_at IS NULL
+    RETURNING timeline INTO v_timeline;
     v_ours := FOUND;
     IF NOT v_ours THEN
         UPDATE {schema}.seats
         SET expires_at = greatest(clock_timestamp(), acquired_at + p_min_hold),
-            released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
+            released_at = clock_timestamp()
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-          AND cleared_at IS NULL;
+          AND cleared_at IS NULL
+        RETURNING timeline INTO v_timeline;
         v_ours := FOUND;
+    END IF;
+    IF v_ours AND coalesce(v_timeline, 0) < {schema}.timeline() THEN
+        PERFORM {schema}.sighting();
     END IF;
     IF v_ours AND p_close_slot IS NOT NULL THEN
         UPDATE {schema}.slots SET closed_at = clock_timestamp()
@@ -701,7 +852,9 @@ $$;
 -- finish: the end of a run and the release of its lock or seat, in one transaction.
 -- Nobody sees the lock free before the run has ended. With p_keep, the lock is renewed
 -- for the next attempt instead, unless an operator asked for a stop (then it goes at once
--- and the slot closes). A release that finds the lock no longer the caller's records the
+-- and the slot closes), or the row, last written under an older timeline, is past the
+-- moment its holder stops by (keeps: then it is released, and the retry is left to the
+-- next trigger). A release that finds the lock no longer the caller's records the
 -- run as lock_lost. A run marked abandoned by a takeover may still finish and tell the
 -- truth; its abandoned count is then taken back. Only the newest finished run sets the
 -- summary's last_*. It returns the job's last outcome as it was before, so a recovery is
@@ -723,6 +876,7 @@ DECLARE
     v_closes boolean := p_closes;
     v_hopeless boolean := p_hopeless;
     v_error_line text := p_error_line;
+    v_timeline bigint;
     -- The duration histogram's bounds (seconds; migration 006).
     v_bounds float8[] := (SELECT value::float8[] FROM {schema}.meta
                           WHERE key = 'duration_bounds');
@@ -732,46 +886,50 @@ BEGIN
     IF p_keep THEN
         UPDATE {schema}.locks
         SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
-            timeline = {schema}.restamp(timeline, expires_at),
             stops_by = CASE WHEN mode = 'advisory'
                             THEN clock_timestamp() + {schema}.advisory_horizon(ttl) END
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-          AND cleared_at IS NULL
-        RETURNING stop_requested_at IS NOT NULL INTO v_stop;
+          AND cleared_at IS NULL AND {schema}.keeps(timeline, expires_at, stops_by)
+        RETURNING stop_requested_at IS NOT NULL, timeline INTO v_stop, v_timeline;
         ours := FOUND;
         IF NOT ours THEN
             UPDATE {schema}.seats
-            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
-                timeline = {schema}.restamp(timeline, expires_at)
+            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
             WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-              AND cleared_at IS NULL
-            RETURNING stop_requested_at IS NOT NULL INTO v_stop;
+              AND cleared_at IS NULL AND {schema}.keeps(timeline, expires_at, NULL)
+            RETURNING stop_requested_at IS NOT NULL, timeline INTO v_stop, v_timeline;
             ours := FOUND;
         END IF;
         kept := ours AND NOT v_stop;
     END IF;
-    IF NOT p_keep OR v_stop THEN
+    -- Not kept: released (a row past keeps() too, which is still the caller's).
+    IF NOT kept THEN
         UPDATE {schema}.locks
         SET expires_at = greatest(clock_timestamp(),
                                   acquired_at + CASE WHEN v_stop THEN interval '0'
                                                      ELSE p_min_hold END),
-            released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
+            released_at = clock_timestamp()
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-          AND cleared_at IS NULL;
+          AND cleared_at IS NULL
+        RETURNING timeline INTO v_timeline;
         ours := FOUND;
         IF NOT ours THEN
             UPDATE {schema}.seats
             SET expires_at = greatest(clock_timestamp(),
                                       acquired_at + CASE WHEN v_stop THEN interval '0'
                                                          ELSE p_min_hold END),
-                released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
+                released_at = clock_timestamp()
             WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-              AND cleared_at IS NULL;
+              AND cleared_at IS NULL
+            RETURNING timeline INTO v_timeline;
             ours := FOUND;
         END IF;
         IF v_stop THEN
             v_closes := true;
         END IF;
+    END IF;
+    IF ours AND coalesce(v_timeline, 0) < {schema}.timeline() THEN
+        PERFORM {schema}.sighting();
     END IF;
     IF NOT ours AND p_outcome <> 'lock_lost' THEN
         v_outcome := 'lock_lost';
@@ -868,6 +1026,32 @@ BEGIN
 END
 $$;
 
+-- missed: a scheduled slot that a trigger gave up without a run, and why (version 9:
+-- 'promotion_wait', the wait after a promotion would have ended past --deadline). The
+-- slot's row, opened with no attempt, says so to history and the dashboard, and the job's
+-- summary counts it (once per slot, however many hosts give it up); a catch-up may still
+-- run it. Nothing is written for a slot that has an attempt or a reason already.
+CREATE OR REPLACE FUNCTION {schema}.missed(
+    p_job text, p_slot timestamptz, p_reason text, p_retries integer)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM set_config('synchronous_commit', 'on', true);
+    INSERT INTO {schema}.slots AS s (job, slot, attempts, attempt_limit, retries, missed_reason)
+    VALUES (p_job, p_slot, 0, 1 + p_retries, p_retries, p_reason)
+    ON CONFLICT (job, slot) DO UPDATE SET missed_reason = excluded.missed_reason
+    WHERE s.attempts = 0 AND s.missed_reason IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE {schema}.jobs SET
+        promotion_missed = coalesce(promotion_missed, 0) + 1,
+        promotion_missed_slot = greatest(promotion_missed_slot, p_slot)
+    WHERE job = p_job;
+    RETURN true;
+END
+$$;
+
 -- note: what happened after the end was recorded (a failed hook), added to its error.
 CREATE OR REPLACE FUNCTION {schema}.note(p_run_id bigint, p_holder_id text, p_note text)
 RETURNS boolean
@@ -890,11 +1074,13 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT EXISTS (SELECT 1 FROM {schema}.locks
                    WHERE job = p_job AND holder_id = p_holder_id
                      AND fencing_token = p_fencing_token AND cleared_at IS NULL
-                     AND released_at IS NULL AND expires_at > clock_timestamp())
+                     AND released_at IS NULL AND expires_at > clock_timestamp()
+                     AND {schema}.keeps(timeline, expires_at, stops_by))
         OR EXISTS (SELECT 1 FROM {schema}.seats
                    WHERE job = p_job AND holder_id = p_holder_id
                      AND fencing_token = p_fencing_token AND cleared_at IS NULL
-                     AND released_at IS NULL AND expires_at > clock_timestamp())
+                     AND released_at IS NULL AND expires_at > clock_timestamp()
+                     AND {schema}.keeps(timeline, expires_at, NULL))
 $$;
 
 -- note_windows: the job's --window list, recorded by a trigger that skips inside one (as
@@ -921,6 +1107,7 @@ BEGIN
     PERFORM 1 FROM {schema}.locks
     WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
       AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp()
+      AND {schema}.keeps(timeline, expires_at, stops_by)
     FOR SHARE;
     IF FOUND THEN
         RETURN true;
@@ -928,6 +1115,7 @@ BEGIN
     PERFORM 1 FROM {schema}.seats
     WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
       AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp()
+      AND {schema}.keeps(timeline, expires_at, NULL)
     FOR SHARE;
     RETURN FOUND;
 END
@@ -938,10 +1126,10 @@ $$;
 -- anew is covered.)
 REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text),
     {schema}.record_start(text, timestamptz, text, text, integer, text, bigint, text, text,
-                          text, timestamptz, interval, integer, integer),
+                          text, timestamptz, interval, integer, integer, text),
     {schema}.acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint,
                      boolean, text, text, text, timestamptz, interval, integer, integer,
-                     integer, boolean, timestamptz[], text[]),
+                     integer, boolean, timestamptz[], text[], text),
     {schema}.catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz),
     {schema}.start_run(text, text, bigint, text, timestamptz, text, text, timestamptz,
                        interval, integer, integer),
@@ -949,7 +1137,9 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
     {schema}.retake(text, text, bigint),
     {schema}.incarnation(), {schema}.timeline(), {schema}.sighting(),
     {schema}.next_token(bigint, bigint), {schema}.advisory_horizon(interval),
-    {schema}.restamp(bigint, timestamptz),
+    {schema}.granted(bigint, interval), {schema}.keeps(bigint, timestamptz, timestamptz),
+    {schema}.evict(text), {schema}.missed(text, timestamptz, text, integer),
+    {schema}.take(integer, text),
     {schema}.release(text, text, bigint, interval, timestamptz),
     {schema}.finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer,
                     text, text, bytea, boolean, boolean, text, text, text, text),

@@ -116,7 +116,8 @@ def test_the_row_factory_builds_a_job_from_named_columns() -> None:
         "attempt_limit": 3, "dead_slot": None, "dead_attempts": None, "dead_error": None,
         "unlisted": None, "listed": True, "seats_used": None, "seat_limit": None,
         "run_note": None, "windows": None, "skipped_running": 0, "skipped_running_slot": None,
-        "skipped_running_streak": 0, "catch_up_skipped": 0, "catch_up_skipped_slot": None}
+        "skipped_running_streak": 0, "catch_up_skipped": 0, "catch_up_skipped_slot": None,
+        "promotion_missed": 0, "promotion_missed_slot": None}
     assert set(row) == set(jobs.COLUMNS)
     built = jobs._from_row(NOW, tuple(row[name] for name in jobs.COLUMNS))
     assert (built.name, built.state, built.problems) == ("sync", State.RUNNING, (P.FAILED,))

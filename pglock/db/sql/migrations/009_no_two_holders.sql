@@ -1,0 +1,53 @@
+-- pglock schema, version 9: no two holders across an asynchronous promotion, round two
+-- (docs/ha.md). The rules changed in sql/functions.sql, created after this file:
+-- - a row of an older timeline goes back to nobody, its own holder included, before the
+--   wait after a promotion has passed (a resent acquire waits like anyone else);
+-- - no holder's own write re-stamps a row's timeline (restamp() is gone): only an
+--   acquisition does;
+-- - a holder keeps (renews, keeps for a retry, starts an attempt under) its own row of an
+--   older timeline only until the moment it would have stopped by (keeps());
+-- - the wait after a promotion covers the longest ttl granted on the old timeline, per
+--   job and, for a job with no row, for the schema (below);
+-- - an advisory contender takes the session lock through take(), which ends the
+--   session of a holder stopped past its horizon whose session lives on (evict());
+-- - a trigger refused by the wait alone learns how long it has left (acquire's new
+--   column), waits for it and tries once more; its run says it started late, and a slot
+--   given up for it is recorded as missed, with the reason (below).
+
+-- The longest ttl granted for the job (or seat) on the timeline its row was last taken
+-- under: what the wait after the next promotion covers, whatever the ttl of the holder
+-- whose acquisition the old primary may have lost (docs/ttl.md, "One ttl per job").
+ALTER TABLE {schema}.locks ADD COLUMN longest_ttl interval;
+ALTER TABLE {schema}.seats ADD COLUMN longest_ttl interval;
+UPDATE {schema}.locks SET longest_ttl = ttl;
+UPDATE {schema}.seats SET longest_ttl = ttl;
+
+-- The longest ttl any acquisition on the timeline granted: what a job with no row waits
+-- for after the next promotion.
+ALTER TABLE {schema}.timelines ADD COLUMN longest_ttl interval;
+UPDATE {schema}.timelines t SET longest_ttl = (
+    SELECT max(ttl) FROM (SELECT ttl FROM {schema}.locks WHERE timeline = t.timeline
+                          UNION ALL
+                          SELECT ttl FROM {schema}.seats WHERE timeline = t.timeline) r);
+
+-- Why a run started late ('promotion_wait': it waited out the wait after a promotion),
+-- and why a slot was given up without a run (the same); the job's count of such slots.
+ALTER TABLE {schema}.runs ADD COLUMN late_reason text
+    CHECK (late_reason IN ('promotion_wait'));
+ALTER TABLE {schema}.slots ADD COLUMN missed_reason text
+    CHECK (missed_reason IN ('promotion_wait'));
+ALTER TABLE {schema}.jobs
+    ADD COLUMN promotion_missed bigint,
+    ADD COLUMN promotion_missed_slot timestamptz;
+
+-- Signatures that change: acquire (a column and a parameter more), record_start (a
+-- parameter more), sighting (two columns more); restamp is gone. (take is new.)
+DROP FUNCTION IF EXISTS {schema}.acquire(integer, text, text, text, integer, text, interval,
+    timestamptz, bigint, boolean, text, text, text, timestamptz, interval, integer, integer,
+    integer, boolean, timestamptz[], text[]);
+DROP FUNCTION IF EXISTS {schema}.record_start(text, timestamptz, text, text, integer, text,
+    bigint, text, text, text, timestamptz, interval, integer, integer);
+DROP FUNCTION IF EXISTS {schema}.sighting();
+DROP FUNCTION IF EXISTS {schema}.restamp(bigint, timestamptz);
+
+UPDATE {schema}.meta SET value = '9' WHERE key = 'version';
