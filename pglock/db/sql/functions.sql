@@ -138,7 +138,10 @@ CREATE OR REPLACE FUNCTION {schema}.keeps(p_timeline bigint, p_expires timestamp
                                           p_stops_by timestamptz)
 RETURNS boolean
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT coalesce(p_timeline, 0) >= {schema}.timeline()
+    -- A row with no timeline (an older pglock's write through an upgrade) is of the
+    -- schema's first one.
+    SELECT coalesce(p_timeline, (SELECT min(t.timeline) FROM {schema}.timelines t), 0)
+               >= {schema}.timeline()
         OR coalesce(p_stops_by, p_expires) > clock_timestamp()
 $$;
 
@@ -466,7 +469,7 @@ BEGIN
                        OR (s.released_at IS NOT NULL
                            AND (p_rerun OR p_handover_from IS NOT NULL)))
                   -- A seat from before a promotion: as the lock below.
-                  AND (coalesce(s.timeline, 0) >= excluded.timeline
+                  AND (coalesce(s.timeline, 0) >= excluded.timeline OR NOT v_timeline.promoted
                        OR clock_timestamp() >= v_timeline.first_seen
                                                + greatest(s.longest_ttl, s.ttl, p_ttl))
                 RETURNING s.fencing_token INTO token;
@@ -486,7 +489,8 @@ BEGIN
                 -- The first seat free but for the wait (none: all held).
                 SELECT min(CASE WHEN s.seat IS NULL AND v_no_row_waits
                                 THEN v_timeline.first_seen + v_no_row_ttl
-                                WHEN coalesce(s.timeline, 0) < v_timeline.timeline
+                                WHEN v_timeline.promoted
+                                 AND coalesce(s.timeline, 0) < v_timeline.timeline
                                  AND s.expires_at <= clock_timestamp()
                                 THEN v_timeline.first_seen
                                      + greatest(s.longest_ttl, s.ttl, p_ttl) END)
@@ -545,8 +549,10 @@ BEGIN
           -- holder (an acquire sent again after a cut) neither: whatever its expiry says,
           -- the old primary may have let another host take it over in a write lost with
           -- it, and an old timestamp read on a new clock proves nothing (found by the
-          -- model: docs/model.md, mutants RESEND_ANYTIME and RESEND_UNEXPIRED).
-          AND (coalesce(l.timeline, 0) >= excluded.timeline
+          -- model: docs/model.md, mutants RESEND_ANYTIME and RESEND_UNEXPIRED). A row
+          -- with no timeline (written by a pglock older than version 7 through an
+          -- upgrade) is of the schema's first one.
+          AND (coalesce(l.timeline, 0) >= excluded.timeline OR NOT v_timeline.promoted
                OR clock_timestamp() >= v_timeline.first_seen
                                        + greatest(l.longest_ttl, l.ttl, p_ttl))
         RETURNING l.fencing_token INTO token;
@@ -557,7 +563,7 @@ BEGIN
         SELECT CASE WHEN released_at IS NULL THEN fencing_token ELSE fencing_token + 1 END,
                CASE WHEN expires_at > clock_timestamp() THEN holder END,
                -- Free but for the wait after a promotion: when the wait ends.
-               CASE WHEN v_tried AND p_limit <= 1
+               CASE WHEN v_tried AND p_limit <= 1 AND v_timeline.promoted
                          AND coalesce(timeline, 0) < v_timeline.timeline
                          AND expires_at <= clock_timestamp()
                     THEN v_timeline.first_seen + greatest(longest_ttl, ttl, p_ttl) END
