@@ -171,6 +171,10 @@ def clear(
         shown = core.one(conn, name, check_job(job))
         # An overdue job may still be held: its lock's own state decides.
         nothing = screens.nothing_to_clear(job, shown, now=now)
+        if nothing is not None and terminate and shown is not None:
+            # Its lock expired, but a stopped advisory holder's session may live on.
+            ended = admin.end_session(conn, name, shown, reason=reason, by=admin.operator())
+            nothing = ended or nothing
         if nothing is not None:
             _say(nothing, quiet)
             return 0

@@ -558,10 +558,13 @@ def nobody_line(job_name: str, job: Job | None) -> str:
     if job is None:
         return f"nobody holds job {job_name!r} (it never ran here); nothing to clear"
     if job.lock_state is State.STALE and job.lock is not None:
+        advisory = (" or stopped: the next run ends its session if it still holds the "
+                    "advisory lock (--terminate ends it now)" if job.lock.mode == "advisory"
+                    else "")
         return (f"nobody holds job {job_name!r}: its lock expired "
                 f"{ago(job.seconds_since(job.lock.expires_at))} with its run still marked "
-                "running (its holder vanished or is cut off; the next run marks it "
-                "abandoned); nothing to clear")
+                f"running (its holder vanished or is cut off{advisory}; the next run marks "
+                "it abandoned); nothing to clear")
     if job.held_until is not None:
         return (f"nobody runs job {job_name!r}; --min-hold keeps its lock taken until "
                 f"{when(job.held_until)}, so that no host reruns the same trigger; "

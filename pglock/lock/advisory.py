@@ -192,6 +192,9 @@ class AdvisoryRenewer:
             return lease.Renewal.LOST, None
         return (lease.Renewal.STOP, why) if stop else (lease.Renewal.OURS, None)
 
+    def same_timeline(self) -> bool:
+        return self._conn is not None and lease.taken_on_this_timeline(self._conn, self.claim)
+
     def reset(self) -> None:
         # After a failed renewal. A statement that was cancelled (or timed out) leaves the
         # session, and the lock, alive: closing it would give the lock away while the

@@ -5,11 +5,12 @@ The server's expiry cannot come before the moment the last successful renewal wa
 deadline. Past `sent + ttl - margin - grace` the lock counts as lost: the command gets
 SIGTERM, and SIGKILL `grace` later, still `margin` before anyone else can take over.
 
-A renewal counts only if its answer comes before that deadline (`in_time`): one answered
-later ran at a moment nothing bounds, perhaps on a promoted standby after another host
-took the lock over on the old primary in a write the promotion lost (docs/ha.md, "Late
-answers"). Answered in time, it ran while no other holder could exist, whatever the
-servers' clocks say.
+A renewal answered after that deadline ran at a moment nothing bounds: perhaps on a
+promoted standby, after another host took the lock over on the old primary in a write
+the promotion lost. So it counts only if the server still writes the timeline the lock
+was taken on (no promotion came between, and none of its writes can have been lost);
+else the lock is lost (`late`; docs/ha.md, "Late answers"). Answered in time, it ran
+while no other holder could exist, whatever the servers' clocks say.
 """
 
 from __future__ import annotations
@@ -28,8 +29,8 @@ RETRY_INTERVAL = 1.0
 # The smallest margin any lock keeps.
 MIN_MARGIN = 1.0
 # Why a confirmation answered after the local deadline is a lost lock.
-LATE = ("the database confirmed the lock only after its local deadline (a renewal held up "
-        "past it: another host may hold the lock by now)")
+LATE = ("the database confirmed the lock only after its local deadline, on a primary "
+        "promoted since it was taken (another host may hold it by now)")
 
 
 def margin(ttl: float) -> float:
@@ -72,9 +73,19 @@ def slack(horizon: float, kill_after: float) -> float:
 
 def in_time(answered: float, confirmed_at: float, horizon: float, kill_after: float) -> bool:
     """Whether a confirmation of the lock (a renewal, a keep, a retake) answered at
-    `answered` may be acted on: before the local deadline of the confirmation sent at
-    `confirmed_at`. Else the lock counts as lost, whatever the answer says."""
+    `answered` came before the local deadline of the confirmation sent at
+    `confirmed_at`. One that came later is acted on only if no promotion came between
+    (Renewer.same_timeline)."""
     return answered < confirmed_at + horizon - slack(horizon, kill_after)
+
+
+def late_but_kept(renewer: Renewer) -> bool:
+    """A confirmation answered past its deadline counts only when the server still writes
+    the lock's timeline; not knowing (the question failed) is a lost lock."""
+    try:
+        return renewer.same_timeline()
+    except (psycopg.Error, PglockError):
+        return False
 
 
 def rides_out(ttl: float, kill_after: float) -> float:
@@ -112,6 +123,8 @@ class Renewer(Protocol):
 
     def renew(self) -> tuple[lease.Renewal, str | None]: ...
 
+    def same_timeline(self) -> bool: ...
+
     def reset(self) -> None: ...
 
     def close(self) -> None: ...
@@ -134,6 +147,9 @@ class LeaseRenewer:
         if self._conn is None or self._conn.closed:
             self._conn = self._connect()
         return lease.renew(self._conn, self.claim)
+
+    def same_timeline(self) -> bool:
+        return self._conn is not None and lease.taken_on_this_timeline(self._conn, self.claim)
 
     def reset(self) -> None:
         if self._conn is not None:
@@ -210,8 +226,8 @@ class Heartbeat:
                 self.lost_reason = self.renewer.lost_reason()
                 self._on_lost()
                 return
-            if not in_time(clock.now(), self.last_sent, self.renewer.horizon,
-                           self.kill_after):
+            if not (in_time(clock.now(), self.last_sent, self.renewer.horizon,
+                            self.kill_after) or late_but_kept(self.renewer)):
                 self.lost_reason = LATE
                 self._on_lost()
                 return

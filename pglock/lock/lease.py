@@ -280,6 +280,21 @@ def renewal(conn: psycopg.Connection[Any], lease: Claim) -> tuple[bool, bool, bo
     return bool(held), bool(renewed), bool(stop), why
 
 
+# The WAL timeline of the server answering, read as the schema's timeline() reads it (a
+# promotion always starts a new one); any role may read it.
+TIMELINE = "SELECT ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint"
+
+
+def taken_on_this_timeline(conn: psycopg.Connection[Any], lease: Claim) -> bool:
+    """Whether the server answering writes the WAL timeline the claim's lock was taken
+    on, read from its fencing token's high bits (next_token()): False once a promotion
+    came between, when a write of the old primary may have been lost."""
+    if lease.fencing_token is None:
+        return False
+    row = conn.execute(TIMELINE).fetchone()
+    return row is not None and row[0] == (lease.fencing_token >> 32) + 1
+
+
 def note_waiting(conn: psycopg.Connection[Any], lease: Claim) -> None:
     """Remember whom we wait for, when the acquire statement did not run (advisory mode)."""
     if lease.handover_from is None:

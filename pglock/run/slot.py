@@ -21,7 +21,7 @@ from pglock.db import database
 from pglock.db.database import Reconnecting
 from pglock.errors import ExitStatus, Interrupted, PglockError
 from pglock.lock import clock, lease, ledger
-from pglock.lock.heartbeat import LATE, Heartbeat, slack, watchdogs_turn
+from pglock.lock.heartbeat import LATE, Heartbeat, in_time, watchdogs_turn
 from pglock.lock.ledger import Outcome, RunResult
 from pglock.run import output
 from pglock.run.notify import Notifier
@@ -579,18 +579,25 @@ class Slot:
                           else lease.renew(self.session.get(), self.claim))
             if renewal is lease.Renewal.LOST:
                 return renewer.lost_reason()
-            if clock.now() >= self._lost_at():
+            if self._late(clock.now()):
                 return LATE
             self.sent = sent
         return None
 
-    def _lost_at(self) -> float:
-        """The local deadline of the lock's last confirmation (`sent`): a confirmation
-        answered later is not acted on (heartbeat.in_time)."""
+    def _late(self, answered: float) -> bool:
+        """Whether a confirmation answered at `answered` must not be acted on: it came past
+        the local deadline of the lock's last confirmation (`sent`) and the server no
+        longer writes the timeline the lock was taken on (a promotion came between, which
+        may have lost another host's takeover: heartbeat.in_time)."""
         from pglock.run import keeping
 
         horizon = keeping.horizon(self.claim)
-        return self.sent + horizon - slack(horizon, self.options.kill_after)
+        if in_time(answered, self.sent, horizon, self.options.kill_after):
+            return False
+        try:
+            return not lease.taken_on_this_timeline(self.session.get(), self.claim)
+        except (psycopg.Error, PglockError):
+            return True
 
     def _release_unstarted(self, conn: psycopg.Connection[object]) -> None:
         # Nothing ran: others need not wait out our lease.
@@ -632,7 +639,7 @@ class Slot:
             if not renewed:
                 raise PglockError(f"job {self.claim.job!r}: lock lost: another host took "
                                   "the lock while we were cut off")
-            if clock.now() >= self._lost_at():
+            if self._late(clock.now()):
                 raise PglockError(f"job {self.claim.job!r}: lock lost: {LATE}")
             self.sent = sent
             return conn
@@ -751,7 +758,7 @@ class Slot:
         recorded = record_end(self.session, self.claim, run.id, result,
                               then="keep" if keep else then or "release")
         late = (recorded.kept_at is not None and recorded.answered is not None
-                and recorded.answered >= self._lost_at())
+                and self._late(recorded.answered))
         if late:
             # Kept, but answered past the lock's local deadline: not acted on.
             log.warning("job %r: %s; the lock is released and no further attempt is made "

@@ -84,7 +84,8 @@ $$;
 
 -- sighting: this timeline, when a pglock first saw it (recorded now if nobody had: one row
 -- per timeline, conflict-free), whether the schema saw an earlier one (a promotion since
--- its creation), the longest ttl granted on this timeline so far, and the longest granted
+-- its creation), the longest ttl granted on this timeline so far, the schema's first
+-- timeline (that of a row an older pglock wrote with none), and the longest granted
 -- on the newest earlier one (what a job with no row waits for after a promotion: a lost
 -- first acquisition's ttl cannot be read, only the longest the old primary had
 -- replicated; docs/ha.md, "One ttl per job"). Called by acquire with synchronous_commit
@@ -93,7 +94,7 @@ $$;
 -- promotion counts from the first statement of any pglock on the new primary.
 CREATE OR REPLACE FUNCTION {schema}.sighting()
 RETURNS TABLE (timeline bigint, first_seen timestamptz, promoted boolean,
-               longest_ttl interval, prior_longest_ttl interval)
+               longest_ttl interval, prior_longest_ttl interval, first_timeline bigint)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_timeline bigint := {schema}.timeline();
@@ -108,7 +109,8 @@ BEGIN
         WHERE t.timeline = v_timeline;
     END IF;
     RETURN QUERY SELECT v_timeline, v_seen.first_seen, p.timeline IS NOT NULL,
-                        v_seen.longest_ttl, p.longest_ttl
+                        v_seen.longest_ttl, p.longest_ttl,
+                        (SELECT min(t.timeline) FROM {schema}.timelines t)
     FROM (SELECT 1) one LEFT JOIN LATERAL (
         SELECT t.timeline, t.longest_ttl FROM {schema}.timelines t
         WHERE t.timeline < v_timeline ORDER BY t.timeline DESC LIMIT 1) p ON true;
@@ -310,6 +312,41 @@ WITH claim AS (
 SELECT id, started_at, attempt, limit_ FROM started
 $$;
 
+-- takeable: whether a contender may take the job's lock row over, by the rules of
+-- docs/lease.md, the wait after a promotion aside: the row has expired, or is the
+-- caller's own (an acquire sent again), or (advisory) its holder provably lost its
+-- session and has stopped its command, or it is released and in its hold for a contender
+-- that waited for this holder (or an earlier one) or a deliberate rerun. acquire's
+-- takeover, and its telling whether the wait alone refused one.
+CREATE OR REPLACE FUNCTION {schema}.takeable(
+    l {schema}.locks, p_holder_id text, p_mode text, p_incarnation text, p_rerun boolean,
+    p_handover_from bigint)
+RETURNS boolean
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT l.expires_at <= clock_timestamp() OR l.holder_id = p_holder_id
+        -- Holding the advisory lock proves an unreleased advisory row's holder has lost
+        -- its session, on the server (and in the life of its lock table) that granted
+        -- and last confirmed it; the row is taken once that holder has stopped its
+        -- command too (stops_by: docs/advisory.md, "The lock-delay"). Stamped by any
+        -- other server, the row is a lease: its holder may be alive, reconnecting to
+        -- take its session lock back (retake).
+        OR (p_mode = 'advisory' AND l.mode = 'advisory' AND l.cleared_at IS NULL
+            AND l.released_at IS NULL AND l.incarnation = p_incarnation
+            AND coalesce(l.stops_by, l.expires_at) <= clock_timestamp())
+        -- Released but in its hold: only a handover to a contender that waited for this
+        -- holder (or an earlier one), or a deliberate rerun.
+        OR (l.released_at IS NOT NULL AND (p_rerun OR l.fencing_token >= p_handover_from))
+$$;
+
+-- seat_takeable: takeable, for a semaphore's seat (any waiter may take a seat in its hold).
+CREATE OR REPLACE FUNCTION {schema}.seat_takeable(
+    s {schema}.seats, p_holder_id text, p_rerun boolean, p_handover_from bigint)
+RETURNS boolean
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT s.expires_at <= clock_timestamp() OR s.holder_id = p_holder_id
+        OR (s.released_at IS NOT NULL AND (p_rerun OR p_handover_from IS NOT NULL))
+$$;
+
 -- take: an advisory contender's first statement (a loser sends no other): the job's
 -- session lock, tried without waiting, on the caller's session, which must then stay
 -- the holder's own. Session locks stack: one this session holds already (a holder's own
@@ -464,12 +501,9 @@ BEGIN
                     longest_ttl = CASE WHEN coalesce(s.timeline, 0) >= excluded.timeline
                                        THEN greatest(s.longest_ttl, s.ttl, excluded.ttl)
                                        ELSE excluded.ttl END
-                WHERE (s.expires_at <= clock_timestamp()
-                       OR s.holder_id = excluded.holder_id
-                       OR (s.released_at IS NOT NULL
-                           AND (p_rerun OR p_handover_from IS NOT NULL)))
+                WHERE {schema}.seat_takeable(s, p_holder_id, p_rerun, p_handover_from)
                   -- A seat from before a promotion: as the lock below.
-                  AND (coalesce(s.timeline, 0) >= excluded.timeline OR NOT v_timeline.promoted
+                  AND (coalesce(s.timeline, v_timeline.first_timeline) >= excluded.timeline
                        OR clock_timestamp() >= v_timeline.first_seen
                                                + greatest(s.longest_ttl, s.ttl, p_ttl))
                 RETURNING s.fencing_token INTO token;
@@ -489,9 +523,10 @@ BEGIN
                 -- The first seat free but for the wait (none: all held).
                 SELECT min(CASE WHEN s.seat IS NULL AND v_no_row_waits
                                 THEN v_timeline.first_seen + v_no_row_ttl
-                                WHEN v_timeline.promoted
-                                 AND coalesce(s.timeline, 0) < v_timeline.timeline
-                                 AND s.expires_at <= clock_timestamp()
+                                WHEN coalesce(s.timeline, v_timeline.first_timeline)
+                                     < v_timeline.timeline
+                                 AND {schema}.seat_takeable(s, p_holder_id, p_rerun,
+                                                            p_handover_from)
                                 THEN v_timeline.first_seen
                                      + greatest(s.longest_ttl, s.ttl, p_ttl) END)
                 INTO v_wait_until
@@ -531,20 +566,8 @@ BEGIN
             longest_ttl = CASE WHEN coalesce(l.timeline, 0) >= excluded.timeline
                                THEN greatest(l.longest_ttl, l.ttl, excluded.ttl)
                                ELSE excluded.ttl END
-        WHERE (l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
-               -- Holding the advisory lock proves an unreleased advisory row's holder has
-               -- lost its session, on the server (and in the life of its lock table) that
-               -- granted and last confirmed it; the row is taken once that holder has
-               -- stopped its command too (stops_by: docs/advisory.md, "The
-               -- lock-delay"). Stamped by any other server, the row is a lease: its
-               -- holder may be alive, reconnecting to take its session lock back (retake).
-               OR (p_mode = 'advisory' AND l.mode = 'advisory' AND l.cleared_at IS NULL
-                   AND l.released_at IS NULL AND l.incarnation = v_incarnation
-                   AND coalesce(l.stops_by, l.expires_at) <= clock_timestamp())
-               -- Released but in its hold: only a handover to a contender that waited for
-               -- this holder (or an earlier one), or a deliberate rerun.
-               OR (l.released_at IS NOT NULL
-                   AND (p_rerun OR l.fencing_token >= p_handover_from)))
+        WHERE {schema}.takeable(l, p_holder_id, p_mode, v_incarnation, p_rerun,
+                                p_handover_from)
           -- Last written under an older timeline: nobody before the window's end, its own
           -- holder (an acquire sent again after a cut) neither: whatever its expiry says,
           -- the old primary may have let another host take it over in a write lost with
@@ -552,7 +575,7 @@ BEGIN
           -- model: docs/model.md, mutants RESEND_ANYTIME and RESEND_UNEXPIRED). A row
           -- with no timeline (written by a pglock older than version 7 through an
           -- upgrade) is of the schema's first one.
-          AND (coalesce(l.timeline, 0) >= excluded.timeline OR NOT v_timeline.promoted
+          AND (coalesce(l.timeline, v_timeline.first_timeline) >= excluded.timeline
                OR clock_timestamp() >= v_timeline.first_seen
                                        + greatest(l.longest_ttl, l.ttl, p_ttl))
         RETURNING l.fencing_token INTO token;
@@ -560,15 +583,18 @@ BEGIN
     IF token IS NULL THEN
         -- The first holder a contender that starts waiting now may take over from at its
         -- release: the one running, or (released, in its hold) whoever takes it next.
-        SELECT CASE WHEN released_at IS NULL THEN fencing_token ELSE fencing_token + 1 END,
-               CASE WHEN expires_at > clock_timestamp() THEN holder END,
+        SELECT CASE WHEN l.released_at IS NULL THEN l.fencing_token
+                    ELSE l.fencing_token + 1 END,
+               CASE WHEN l.expires_at > clock_timestamp() THEN l.holder END,
                -- Free but for the wait after a promotion: when the wait ends.
-               CASE WHEN v_tried AND p_limit <= 1 AND v_timeline.promoted
-                         AND coalesce(timeline, 0) < v_timeline.timeline
-                         AND expires_at <= clock_timestamp()
-                    THEN v_timeline.first_seen + greatest(longest_ttl, ttl, p_ttl) END
+               CASE WHEN v_tried AND p_limit <= 1
+                         AND coalesce(l.timeline, v_timeline.first_timeline)
+                             < v_timeline.timeline
+                         AND {schema}.takeable(l, p_holder_id, p_mode, v_incarnation, p_rerun,
+                                               p_handover_from)
+                    THEN v_timeline.first_seen + greatest(l.longest_ttl, l.ttl, p_ttl) END
         INTO first_handover, held_by, v_wait_until
-        FROM {schema}.locks WHERE job = p_job;
+        FROM {schema}.locks l WHERE l.job = p_job;
         IF NOT FOUND AND v_tried AND p_limit <= 1 AND v_no_row_waits THEN
             v_wait_until := v_timeline.first_seen + v_no_row_ttl;
         END IF;
@@ -1146,6 +1172,8 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
     {schema}.granted(bigint, interval), {schema}.keeps(bigint, timestamptz, timestamptz),
     {schema}.evict(text), {schema}.missed(text, timestamptz, text, integer),
     {schema}.take(integer, text),
+    {schema}.takeable({schema}.locks, text, text, text, boolean, bigint),
+    {schema}.seat_takeable({schema}.seats, text, boolean, bigint),
     {schema}.release(text, text, bigint, interval, timestamptz),
     {schema}.finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer,
                     text, text, bytea, boolean, boolean, text, text, text, text),

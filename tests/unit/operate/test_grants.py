@@ -48,6 +48,8 @@ def test_the_runner_gets_the_functions_revoked_from_public() -> None:
         "advisory_key(text)", "session_holds(text)", "incarnation()", "timeline()",
         "sighting()", "next_token(bigint, bigint)", "advisory_horizon(interval)",
         "granted(bigint, interval)", "keeps(bigint, timestamptz, timestamptz)", "evict(text)",
+        "takeable({schema}.locks, text, text, text, boolean, bigint)",
+        "seat_takeable({schema}.seats, text, boolean, bigint)",
         "record_start(text, timestamptz, text, text, integer, text, bigint, text, text, text, "
         "timestamptz, interval, integer, integer, text)"}
 
