@@ -16,7 +16,9 @@
    new one started (the wait of docs/ha.md), and both tokens, each mode, `--rounds` times.
 5. The cost of that wait on a synchronous pair (`--only promotion`): a job whose last run
    ended before the failover, tried at once on the promoted standby (--wait); from the
-   promotion to its command's start.
+   promotion to its command's start. `--only trigger`: the same, tried as cron does
+   (`--schedule`, no --wait: since schema version 9 it waits for the wait's end and runs
+   its slot late).
 """
 
 from __future__ import annotations
@@ -240,9 +242,9 @@ def asynchronous_failover(tmp: Path, mode: str,
         pair.close()
 
 
-def promotion_wait(tmp: Path, ttl: int) -> float:
+def promotion_wait(tmp: Path, ttl: int, trigger: bool = False) -> float:
     """Seconds from a synchronous standby's promotion to the start of a job that nobody
-    held across it."""
+    held across it, tried with --wait, or (`trigger`) as cron tries a scheduled job."""
     pair = Pair(tmp, synchronous=True).start()
     try:
         env = {**os.environ, "PGLOCK_DSN": pair.both_dsn, "PGLOCK_SCHEMA": "measure"}
@@ -252,12 +254,21 @@ def promotion_wait(tmp: Path, ttl: int) -> float:
         pair.promote()
         promoted = time.time_ns()
         marks = tmp / "idle"
-        subprocess.run([PGLOCK, "run", "--job", "idle", "--ttl", f"{ttl}s", "--wait",
-                        f"{3 * ttl}s", "--", "sh", "-c", f"date +%s%N > {marks}"],
-                       env=env, check=True)
+        how = (["--schedule", "0 0 1 1 *", "--tz", "UTC"] if trigger
+               else ["--wait", f"{3 * ttl}s"])
+        subprocess.run([PGLOCK, "run", "--job", "idle", "--ttl", f"{ttl}s", *how, "--",
+                        "sh", "-c", f"date +%s%N > {marks}"], env=env, check=True)
         return (int(marks.read_text()) - promoted) / 1e9
     finally:
         pair.close()
+
+
+def promotion_waits(tmp: Path, ttl: int, rounds: int, trigger: bool) -> None:
+    how = "a cron trigger (no --wait)" if trigger else "--wait"
+    for round_number in range(rounds):
+        waited = promotion_wait(tmp / f"promotion-{trigger}-{round_number}", ttl, trigger)
+        print(f"synchronous failover, ttl {ttl}s, {how}: a job nobody held ran "
+              f"{waited:5.2f} s after the promotion")
 
 
 def main() -> None:
@@ -265,7 +276,8 @@ def main() -> None:
     parser.add_argument("--ttl", type=int, default=10, help="ttl of the holders (seconds)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="asynchronous failovers per mode")
-    parser.add_argument("--only", choices=["takeover", "dead", "silent", "async", "promotion"],
+    parser.add_argument("--only", choices=["takeover", "dead", "silent", "async", "promotion",
+                                           "trigger"],
                         help="one measurement alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
@@ -295,11 +307,9 @@ def main() -> None:
                           f"({after_kill:5.2f} s after the kill); the new one started "
                           f"{wait:5.2f} s after the promotion; tokens old {tokens[0]}, "
                           f"new {tokens[1]}")
-        if args.only in (None, "promotion"):
-            for round_number in range(args.rounds):
-                waited = promotion_wait(tmp / f"promotion-{round_number}", args.ttl)
-                print(f"synchronous failover, ttl {args.ttl}s: a job nobody held ran "
-                      f"{waited:5.2f} s after the promotion")
+        for trigger in (False, True):
+            if args.only in (None, "trigger" if trigger else "promotion"):
+                promotion_waits(tmp, args.ttl, args.rounds, trigger)
         if args.only not in (None, "silent"):
             return
         if os.geteuid() != 0 or shutil.which("ip") is None:

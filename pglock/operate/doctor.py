@@ -114,6 +114,12 @@ SIGNAL_BACKEND = """
 SELECT rolsuper OR pg_has_role(current_user, 'pg_signal_backend', 'MEMBER')
 FROM pg_roles WHERE rolname = current_user
 """
+# Whether the schema's owner, as whom acquire runs (SECURITY DEFINER), may end the session
+# of an advisory holder stopped past its horizon (functions.sql, evict()).
+OWNER_SIGNALS = """
+SELECT r.rolname, r.rolsuper OR pg_has_role(r.oid, 'pg_signal_backend', 'MEMBER')
+FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner WHERE n.nspname = %(schema)s
+"""
 # Without pg_monitor (or pg_read_all_stats) a role sees the rows but not sync_state.
 REPLICATION = """
 SELECT current_setting('synchronous_standby_names'),
@@ -165,6 +171,7 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
         findings.append(_for_purpose(found, can, purpose))
         checks: list[tuple[str, Callable[[], Finding]]] = [
             ("terminate", lambda: _signal_backend(conn, judged)),
+            ("evict", lambda: _owner_signals(conn, schema_name)),
             ("timeouts", lambda: _timeouts(conn)),
             ("commit", lambda: _synchronous_commit(conn)),
             ("connections", lambda: _connections(conn)),
@@ -403,6 +410,25 @@ def _signal_backend(conn: psycopg.Connection[Any], purpose: Purpose) -> Finding:
     return Finding("terminate", Level.WARN,
                    "this role lacks pg_signal_backend: clear --terminate cannot end an advisory "
                    "holder's session", "GRANT pg_signal_backend TO the pglock role (optional)")
+
+
+def _owner_signals(conn: psycopg.Connection[Any], schema_name: str) -> Finding:
+    """An advisory holder stopped past its horizon (Ctrl-Z, a debugger) keeps its session
+    and its session lock: the next contender ends that session (evict(), as the schema's
+    owner), which needs superuser or pg_signal_backend on the owner."""
+    row = conn.execute(OWNER_SIGNALS, {"schema": schema_name}).fetchone()
+    if row is None:
+        return Finding("evict", Level.OK, f"schema {schema_name!r} does not exist yet: its "
+                       "owner will be the role that creates it")
+    owner, signals = row
+    if signals:
+        return Finding("evict", Level.OK, f"the schema's owner {owner!r} may end the session "
+                       "of an advisory holder stopped past its lock's horizon")
+    return Finding("evict", Level.WARN,
+                   f"the schema's owner {owner!r} lacks pg_signal_backend: an advisory job "
+                   "whose holder is stopped (Ctrl-Z, a debugger) is skipped by every host "
+                   "until that holder wakes or is cleared",
+                   f"GRANT pg_signal_backend TO {owner} (or use lease mode)")
 
 
 def _pooling(conn: psycopg.Connection[Any], conninfo: str, timeout: float,

@@ -55,7 +55,7 @@ def test_a_healthy_setup_is_all_ok(env: Env, sync_pair: Pair) -> None:
     assert [line.split()[0] for line in lines] == ["OK"] * len(lines)
     assert [line.split()[1] for line in lines] == [
         "database", "password", "server", "engine", "platform", "schema", "terminate",
-        "timeouts", "commit", "connections", "pooling", "replication", "clock"]
+        "evict", "timeouts", "commit", "connections", "pooling", "replication", "clock"]
     assert "1 standby(s), 1 synchronous" in result.stdout
 
 
@@ -130,6 +130,20 @@ def test_a_role_short_of_privileges_is_told_what_to_grant(env: Env, weak_role: s
     env.query(f'GRANT pg_signal_backend TO "{role}"')
     code, found = doctor(env, "--dsn", weak_role)
     assert found["terminate"]["status"] == "ok"
+
+
+def test_an_owner_that_cannot_end_a_stopped_holders_session_is_warned(
+        env: Env, weak_role: str) -> None:
+    """acquire ends the session of an advisory holder stopped past its horizon as the
+    schema's owner: an owner without pg_signal_backend leaves such a job skipped by every
+    host until the holder wakes."""
+    role = weak_role.split("user=")[-1]
+    assert env.run("init", "-q").returncode == 0
+    assert doctor(env)[1]["evict"]["status"] == "ok"
+    env.query(f'ALTER SCHEMA {{schema}} OWNER TO "{role}"')
+    _, found = doctor(env)
+    assert found["evict"]["status"] == "warn", found["evict"]
+    assert role in found["evict"]["detail"] and "pg_signal_backend" in found["evict"]["advice"]
 
 
 def test_a_runner_or_reader_host_set_up_as_documented_exits_0(
