@@ -288,10 +288,10 @@ class Slot:
 
     def _promotion_wait_until(self) -> float:
         """When to try again after a refusal by the wait after a promotion: its end as the
-        server said (at most a ttl away), plus a jitter, so that the hosts of a fleet do
-        not all come back at once."""
+        server said (at most the longest ttl the old timeline granted for the job away),
+        plus a jitter, so that the hosts of a fleet do not all come back at once."""
         assert self.claim.promotion_wait is not None
-        left = min(self.claim.promotion_wait, self.claim.ttl)
+        left = self.claim.promotion_wait
         log.debug("job %r: refused by the wait after a promotion, %.1fs left: waiting for "
                   "its end", self.claim.job, left)
         return clock.now() + left + random.uniform(0, PROMOTION_JITTER)

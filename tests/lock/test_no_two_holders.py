@@ -148,7 +148,7 @@ def test_a_resent_advisory_acquire_waits_like_anyone_after_a_promotion(
         for process in (host1, host0):
             if process is not None and process.poll() is None:
                 process.kill()
-                process.wait()
+                process.communicate()
     assert (code1, err1) == (0, ""), err1
     assert code0 == 125 and "lock" in err0, err0
     found = spans(marks)
@@ -236,7 +236,7 @@ def test_a_lock_kept_for_the_next_attempt_is_not_kept_across_a_lost_takeover(
         for process in (holder, host0):
             if process is not None and process.poll() is None:
                 process.kill()
-                process.wait()
+                process.communicate()
     found = spans(marks)
     assert_apart(found)
     # No further attempt (or slot) here: the holder's one command, then host0's.
@@ -258,7 +258,7 @@ def test_a_longer_ttl_whose_acquisition_was_lost_is_waited_out(
     job = "t"
     if row == "a row":
         for ttl in ("30s", "10s"):
-            done = env.run("run", "--job", job, "--ttl", ttl, "--", "true")
+            done = env.run("run", "--job", job, "--ttl", ttl, "--min-hold", "0s", "--", "true")
             assert (done.returncode, done.stderr) == (0, ""), done
     else:
         # Another job granted 30 s on this timeline; this one never ran.
@@ -273,13 +273,15 @@ def test_a_longer_ttl_whose_acquisition_was_lost_is_waited_out(
     try:
         env.wait_for(lambda: marks.exists(), what="the long holder's command")
         promoted(env, pair)
-        short = env.run("run", "--job", job, "--ttl", "10s", "--holder", "short", "--",
-                        *ticking(marks, 2), timeout=120)
+        # --wait, as a contender on the new primary that keeps trying: it used to run as
+        # soon as its own 10 s had passed since the first sighting.
+        short = env.run("run", "--job", job, "--ttl", "10s", "--wait", "60s", "--holder",
+                        "short", "--", *ticking(marks, 2), timeout=120)
         code, err = ended(lost)
     finally:
         if lost.poll() is None:
             lost.kill()
-            lost.wait()
+            lost.communicate()
     assert (short.returncode, short.stderr) == (0, ""), short
     assert code == 125, err
     found = spans(marks)
@@ -312,7 +314,7 @@ def test_a_stopped_advisory_holder_is_taken_over_once_it_has_stopped_its_command
         if holder.poll() is None:
             os.kill(holder.pid, signal.SIGCONT)
             holder.kill()
-            holder.wait()
+            holder.communicate()
     assert code == 125 and "lock" in err, err
     found = spans(marks)
     assert_apart(found)
@@ -348,5 +350,5 @@ def test_clear_terminate_ends_a_stopped_advisory_holders_session(env: Env) -> No
         os.kill(holder.pid, signal.SIGCONT)
         if holder.poll() is None:
             holder.kill()
-        holder.wait()
+        holder.communicate()
     assert_apart(spans(marks))
