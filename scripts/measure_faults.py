@@ -19,6 +19,10 @@
    promotion to its command's start. `--only trigger`: the same, tried as cron does
    (`--schedule`, no --wait: since schema version 9 it waits for the wait's end and runs
    its slot late).
+6. A stopped advisory holder (`--only stopped`: its pglock SIGSTOPped, its session alive):
+   from its row's stops_by to a contender's run (since schema version 9 the contender ends
+   the stopped holder's session; before, it skipped for as long as the holder stayed
+   stopped).
 """
 
 from __future__ import annotations
@@ -28,6 +32,7 @@ import contextlib
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -77,6 +82,35 @@ def takeover(dsn: str, mode: str, ttl: int) -> float:
                          env=env).returncode != 0:
         time.sleep(0.05)
     return time.monotonic() - killed
+
+
+def stopped_holder(dsn: str, ttl: int) -> float:
+    """Seconds from a SIGSTOPped advisory holder's stops_by (server time) to the start of a
+    contender's command (server time), the contender trying with --wait."""
+    env = {**os.environ, "PGLOCK_DSN": dsn, "PGLOCK_SCHEMA": "measure"}
+    job = f"stopped-{time.monotonic_ns()}"
+    holder = subprocess.Popen([PGLOCK, "run", "--job", job, "--mode", "advisory", "--ttl",
+                               f"{ttl}s", "--", "sleep", "600"], env=env)
+    try:
+        wait_for_run(dsn, "measure", job)
+        os.kill(holder.pid, signal.SIGSTOP)
+        time.sleep(0.5)  # a renewal on its way lands, or does not
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute('SELECT stops_by FROM "measure".locks WHERE job = %s',
+                               (job,)).fetchone()
+        assert row is not None
+        stops_by = row[0]
+        subprocess.run([PGLOCK, "run", "--job", job, "--mode", "advisory", "--ttl", f"{ttl}s",
+                        "--wait", f"{4 * ttl}s", "--", "true"], env=env, check=True)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute('SELECT started_at FROM "measure".runs WHERE job = %s '
+                               'ORDER BY id DESC LIMIT 1', (job,)).fetchone()
+        assert row is not None
+        return float((row[0] - stops_by).total_seconds())
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.kill()
+        holder.wait()
 
 
 def dead_holder(tmp: Path, event: str) -> float:
@@ -263,6 +297,28 @@ def promotion_wait(tmp: Path, ttl: int, trigger: bool = False) -> float:
         pair.close()
 
 
+def takeovers(tmp: Path, ttl: int) -> None:
+    server = EmbeddedServer(tmp / "local", settings={"fsync": "off"})
+    dsn = server.join()
+    try:
+        for mode in ("lease", "advisory"):
+            print(f"takeover after SIGKILL, {mode:8} mode, ttl {ttl}s: "
+                  f"{takeover(dsn, mode, ttl):.2f} s")
+    finally:
+        server.leave()
+
+
+def stopped_holders(tmp: Path, ttl: int, rounds: int) -> None:
+    server = EmbeddedServer(tmp / "stopped", settings={"fsync": "off"})
+    dsn = server.join()
+    try:
+        for _ in range(rounds):
+            print(f"stopped advisory holder, ttl {ttl}s: a contender ran "
+                  f"{stopped_holder(dsn, ttl):5.2f} s after its stops_by")
+    finally:
+        server.leave()
+
+
 def promotion_waits(tmp: Path, ttl: int, rounds: int, trigger: bool) -> None:
     how = "a cron trigger (no --wait)" if trigger else "--wait"
     for round_number in range(rounds):
@@ -277,21 +333,14 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=5,
                         help="asynchronous failovers per mode")
     parser.add_argument("--only", choices=["takeover", "dead", "silent", "async", "promotion",
-                                           "trigger"],
+                                           "trigger", "stopped"],
                         help="one measurement alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         os.chmod(tmp, 0o755)
         if args.only in (None, "takeover"):
-            server = EmbeddedServer(tmp / "local", settings={"fsync": "off"})
-            dsn = server.join()
-            try:
-                for mode in ("lease", "advisory"):
-                    print(f"takeover after SIGKILL, {mode:8} mode, ttl {args.ttl}s: "
-                          f"{takeover(dsn, mode, args.ttl):.2f} s")
-            finally:
-                server.leave()
+            takeovers(tmp, args.ttl)
         if args.only in (None, "dead"):
             for event in ("restart", "failover"):
                 print(f"advisory holder dead across a {event:8}, ttl 10s: a contender ran "
@@ -310,6 +359,8 @@ def main() -> None:
         for trigger in (False, True):
             if args.only in (None, "trigger" if trigger else "promotion"):
                 promotion_waits(tmp, args.ttl, args.rounds, trigger)
+        if args.only in (None, "stopped"):
+            stopped_holders(tmp, args.ttl, args.rounds)
         if args.only not in (None, "silent"):
             return
         if os.geteuid() != 0 or shutil.which("ip") is None:
