@@ -141,7 +141,10 @@ def test_an_owner_that_cannot_end_a_stopped_holders_session_is_warned(
     assert env.run("init", "-q").returncode == 0
     assert doctor(env)[1]["evict"]["status"] == "ok"
     env.query(f'ALTER SCHEMA {{schema}} OWNER TO "{role}"')
-    _, found = doctor(env)
+    try:
+        _, found = doctor(env)
+    finally:
+        env.query("ALTER SCHEMA {schema} OWNER TO CURRENT_USER")
     assert found["evict"]["status"] == "warn", found["evict"]
     assert role in found["evict"]["detail"] and "pg_signal_backend" in found["evict"]["advice"]
 

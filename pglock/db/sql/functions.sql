@@ -532,7 +532,12 @@ BEGIN
                 INTO v_wait_until
                 FROM generate_series(1, p_limit) g
                 LEFT JOIN {schema}.seats s ON s.job = p_job AND s.seat = g;
+                IF v_wait_until > clock_timestamp() THEN
+                    promotion_wait := v_wait_until - clock_timestamp();
+                END IF;
             END IF;
+            RETURN NEXT;
+            RETURN;
         END IF;
     ELSIF NOT slot_ran AND NOT is_paused
           -- A semaphore's seats held: a plain run of the job waits for them.
