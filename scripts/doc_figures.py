@@ -15,6 +15,7 @@ from collections.abc import Callable, Iterable
 from pglock.db.schema import VERSION
 from pglock.lock import heartbeat
 from pglock.lock.ledger import Outcome
+from pglock.operate.platforms import PLATFORMS
 from pglock.reports.jobs import FINISHED, STATE_MEANINGS, State
 from pglock.run import record
 from pglock.run.flags import DEFAULTS
@@ -148,7 +149,19 @@ FIGURES: dict[str, Callable[[str], str]] = {
     "record-extra": lambda _: f"{record.CANCELLED:g} s",
     # The shortest ttl that rides out a failover of this many seconds (its argument).
     "ttl-for": lambda outage: format_bound(heartbeat.ttl_for(float(outage), KILL_AFTER)),
+    # A platform's failover as doctor holds it (operate/platforms.py), and the ttl that
+    # rides it out: docs/platforms.md's table is written from the one figure.
+    "failover": lambda name: PLATFORMS[name].source,
+    "platform-ttl": lambda name: platform_ttl(name),
 }
+
+
+def platform_ttl(name: str) -> str:
+    """The shortest ttl that rides out the platform's failover."""
+    failover = PLATFORMS[name].failover
+    if failover is None:
+        raise SystemExit(f"platform {name!r} has no failover figure to size a ttl by")
+    return format_bound(heartbeat.ttl_for(failover, KILL_AFTER))
 
 
 def fill(text: str, where: str) -> str:

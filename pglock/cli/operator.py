@@ -34,10 +34,11 @@ Yes = Annotated[bool, typer.Option(
 
 def _confirm(yes: bool, situation: str, action: str) -> None:
     """Ask on a terminal; anywhere else, without --yes, it is not confirmed (exit 1, as a
-    "no" on a terminal: the exit table says so)."""
+    "no" on a terminal: the exit table says so). A closed standard input (`<&-`) is no
+    terminal either: Python then has no sys.stdin at all."""
     if yes:
         return
-    if not sys.stdin.isatty():
+    if sys.stdin is None or sys.stdin.closed or not sys.stdin.isatty():
         raise NothingDone(f"{situation}; refusing to {action} without --yes (not on a terminal)")
     typer.echo(situation, err=True)
     if not typer.confirm(f"{action[0].upper()}{action[1:]}?", err=True):

@@ -71,16 +71,25 @@ def unit_base(job: str) -> str:
 
 # ------------------------------------------------------------------ schedules
 
-def _component(values: frozenset[int], low: int, high: int, width: int = 2) -> str:
-    """A set of values as an OnCalendar= component: `*`, `START/STEP` for a progression
-    to the end of the range, else a list of values and ranges `A..B`."""
+def _component(values: frozenset[int], low: int, high: int, *, repeat: bool = False,
+               width: int = 2) -> str:
+    """A set of values as an OnCalendar= component: `*`; with `repeat`, `LOW/STEP` for a
+    progression from the range's start whose step divides the range; else a list of
+    values and ranges `A..B`.
+
+    systemd's repetitions part from cron's lists wherever a step carries into the next
+    hour, day, month or year (systemd-analyze calendar, systemd 252): `*:00/7` runs 23:56
+    then 00:07 (cron: 00:00), `00/7:00` runs 21:00 on the 30th then 07:00 on the 1st, and
+    a month's repetition in a zone finds no elapse at all. A step that divides the range
+    lands on its start again, which systemd gets right: those alone are written as one
+    (minutes and hours; a month's days have no one length)."""
     ordered = sorted(values)
     if ordered == list(range(low, high + 1)):
         return "*"
-    if len(ordered) > 2:
+    if repeat and len(ordered) > 2:
         step = ordered[1] - ordered[0]
-        if ordered == list(range(ordered[0], high + 1, step)):
-            return f"{ordered[0]:0{width}d}/{step}"
+        if (high - low + 1) % step == 0 and ordered == list(range(low, high + 1, step)):
+            return f"{low:0{width}d}/{step}"
     parts, start = [], ordered[0]
     for previous, value in zip(ordered, [*ordered[1:], None], strict=True):
         if value != previous + 1:
@@ -98,7 +107,8 @@ def calendar(plan: schedules.Schedule, zone: str | None) -> list[str]:
     """The OnCalendar= values that fire where cron's fields match, read in `zone` (None:
     the host's); the DST changes are `translate`'s."""
     minute, hour, days, months, weekdays = schedules.field_values(plan)
-    time = f"{_component(hour, 0, 23)}:{_component(minute, 0, 59)}:00"
+    hours, minutes = _component(hour, 0, 23, repeat=True), _component(minute, 0, 59, repeat=True)
+    time = f"{hours}:{minutes}:00"
     month = _component(months, 1, 12)
     suffix = f" {zone}" if zone else ""
     all_days, all_weekdays = len(days) == 31, len(weekdays) == 7

@@ -8,6 +8,7 @@ from typing import Any
 
 from pglock.reports.jobs import Job
 from pglock.run.jobsfile import ConfiguredJob
+from pglock.settings import schedule
 
 
 @dataclass(frozen=True)
@@ -27,10 +28,7 @@ class Compared:
 
 def _expression(expr: str | None) -> str | None:
     """A cron expression as pglock records it (schedule.parse's form)."""
-    if expr is None:
-        return None
-    text = " ".join(expr.split())
-    return text.lower() if text.startswith("@") else text
+    return None if expr is None else schedule.normal(expr)
 
 
 def _shown_schedule(expr: str | None, zone: str | None) -> str:

@@ -397,6 +397,9 @@ class Slot:
     def _aim(self, when: datetime, following: datetime) -> None:
         """The next run is for the slot `when`: its start record, environment and events."""
         assert self.scheduled is not None
+        # In the schedule's zone, as the trigger's own slot is (a caught-up one comes from
+        # the database, in UTC): PGLOCK_SLOT is an idempotency key, of one form.
+        when = when.astimezone(self.scheduled.slot.tzinfo)
         self.scheduled = self.scheduled._replace(slot=when, next_slot=following)
         self.claim.slot = when
         self.notifier.slot(when)

@@ -29,8 +29,8 @@ exited, what it left is on its own, and on pglock's death only that process is k
 (by PR_SET_PDEATHSIG, as the watchdog exits).
 
 Messages to the watchdog are records of a kind and a stopwatch time (the shared boot-time
-clock); from it, on a second pipe, the command's start (or why it could not start) and
-its wait status.
+clock); from it, on a second pipe, the command's start (or why it could not start), its
+stops and its wait status.
 """
 
 from __future__ import annotations
@@ -42,6 +42,7 @@ import signal
 import struct
 import subprocess
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from pglock.lock import clock
 from pglock.run.tree import FORWARDED, become_subreaper, child_setup, descendants, outside_group
@@ -56,6 +57,17 @@ _IGNORED = (*FORWARDED, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 _KEPT: list[subprocess.Popen[bytes]] = []
 
 
+class Command(NamedTuple):
+    """What the watchdog starts: the command, its environment, where its output goes
+    (None: pglock's own), and pglock's process group when the command is to take the
+    controlling terminal from it (run/terminal.py)."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    outputs: tuple[int, int] | None = None
+    terminal_of: int | None = None
+
+
 class Started:
     """What the watchdog said of the start: the command's pid, or why it did not start."""
 
@@ -68,8 +80,7 @@ class Started:
 class Watchdog:
     """The watching process, seen from pglock."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str],
-                 outputs: tuple[int, int] | None, reap: bool,
+    def __init__(self, command: Command, reap: bool,
                  deadlines: tuple[float, float | None, float]) -> None:
         """Fork the watchdog, which forks the command unless past `start_by`, and watches
         it from then on until `watch_until` (extended by renewals), if not None."""
@@ -79,7 +90,7 @@ class Watchdog:
         if self.pid == 0:  # pragma: no cover (the child never returns)
             os.close(self._control_w)
             os.close(report_r)
-            _watch(control_r, report_w, (argv, env, outputs), reap, deadlines)
+            _watch(control_r, report_w, command, reap, deadlines)
         os.close(control_r)
         os.close(report_w)
         # The heartbeat thread writes here: it must never wait on a watchdog that is not
@@ -88,6 +99,8 @@ class Watchdog:
         self.reports = report_r
         self._unread = b""
         self.ended: int | None = None
+        # The signal that stopped the command, told and not yet taken (stopped()).
+        self.stop: int | None = None
         # The watchdog closed its reports before telling the command's exit: it is gone.
         self.gone = False
         self.started = self._started()
@@ -131,9 +144,17 @@ class Watchdog:
                 break
             if report[0] == b"X":
                 self.ended = report[1]
+            elif report[0] == b"P":
+                self.stop = report[1]
         if self.ended is None and self.gone:
             self.ended = signal.SIGKILL
         return self.ended
+
+    def stopped(self) -> int | None:
+        """The signal that stopped the command since last asked (its report read by
+        exit_status()); None: no stop."""
+        signum, self.stop = self.stop, None
+        return signum
 
     def _send(self, kind: bytes, value: float) -> None:
         # A full pipe means unread records: later ones follow; a gone watchdog hears nothing.
@@ -164,11 +185,9 @@ def _tell(report: int, kind: bytes, value: int, text: str = "") -> None:
         os.write(report, _REPORT.pack(kind, len(data) if text else value) + data)
 
 
-def _start(report: int, command: tuple[Sequence[str], Mapping[str, str],
-                                       tuple[int, int] | None], reap: bool,
-           start_by: float) -> int:
+def _start(report: int, command: Command, reap: bool, start_by: float) -> int:
     """Fork the command; its pid, or 0 once the reason it did not start has been told."""
-    argv, env, outputs = command
+    argv, env, outputs, terminal_of = command
     stdout, stderr = outputs or (None, None)
     try:
         os.setpgid(0, 0)
@@ -183,7 +202,8 @@ def _start(report: int, command: tuple[Sequence[str], Mapping[str, str],
         return 0
     try:
         process = subprocess.Popen(list(argv), env=dict(env), process_group=0, stdout=stdout,
-                                   stderr=stderr, preexec_fn=child_setup(os.getpid()))
+                                   stderr=stderr,
+                                   preexec_fn=child_setup(os.getpid(), terminal_of))
     except FileNotFoundError:
         _tell(report, b"N", 0, "-")
         return 0
@@ -200,9 +220,8 @@ def _start(report: int, command: tuple[Sequence[str], Mapping[str, str],
     return process.pid
 
 
-def _watch(control: int, report: int,
-           command: tuple[Sequence[str], Mapping[str, str], tuple[int, int] | None],
-           reap: bool, deadlines: tuple[float, float | None, float]) -> None:
+def _watch(control: int, report: int, command: Command, reap: bool,
+           deadlines: tuple[float, float | None, float]) -> None:
     """The child: only os calls from here on, and never a return into pglock's code."""
     code = 0
     try:
@@ -300,14 +319,20 @@ class _Watch:
             self.kill_at = min(self.kill_at, value)
 
     def collect(self) -> None:
-        """Reap every child that has exited; tell pglock of the command's exit."""
+        """Reap every child that has exited; tell pglock of the command's exit, and of
+        its stops (a terminal's Ctrl-Z reaches the command's group when it has the
+        terminal: pglock stops with it, as a shell's job)."""
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            if os.WIFSTOPPED(status):
+                if pid == self.command and self.waiting:
+                    _tell(self.report, b"P", os.WSTOPSIG(status))
+                continue
             if pid == self.command and self.waiting:
                 self.waiting = False
                 _tell(self.report, b"X", status)

@@ -37,6 +37,9 @@ class Site:
     allow_actions: bool = False
     # The names a request's Host may give (None: any): --allowed-host.
     hosts: frozenset[str] | None = None
+    # The names a browser's Origin may give besides the request's own Host: those of
+    # --allowed-host, the dashboard's public names behind a proxy (actions.py).
+    origins: frozenset[str] = frozenset()
 
 
 class Denied(Exception):

@@ -225,3 +225,24 @@ def test_a_host_clock_hours_fast_catches_up_no_slot_the_database_has_not_reached
     assert len(slots) == 2, slots
     assert len(env.runs("fast")) == 2
     assert not [row for row in env.query("SELECT caught_up FROM {schema}.slots") if row[0]]
+
+
+@pytest.mark.parametrize(("zone", "first", "then", "slots"), [
+    ("America/New_York", "2026-11-02 09:05:00", "2026-11-02 13:05:00",
+     ["2026-11-02T03:30:00-05:00", "2026-11-02T04:30:00-05:00", "2026-11-02T05:30:00-05:00",
+      "2026-11-02T06:30:00-05:00", "2026-11-02T07:30:00-05:00"]),
+    # Across the spring change: 02:30 is skipped, the offsets differ.
+    ("Europe/Berlin", "2026-03-28 23:35:00", "2026-03-29 02:35:00",
+     ["2026-03-29T00:30:00+01:00", "2026-03-29T01:30:00+01:00", "2026-03-29T03:30:00+02:00",
+      "2026-03-29T04:30:00+02:00"]),
+])
+def test_a_caught_up_slot_is_given_in_the_schedules_zone_as_the_own_slot_is(
+        env: Env, zone: str, first: str, then: str, slots: list[str]) -> None:
+    """PGLOCK_SLOT, the idempotency key, has one form: the schedule's zone (it was UTC on
+    a caught-up run; sweep D4)."""
+    marks = env.tmp / "marks"
+    args = ("run", "--job", "zoned", "--schedule", "30 * * * *", "--tz", zone,
+            "--catch-up", "all", *marking(marks))
+    assert done(at(env, first, *args)) == (0, "", "")
+    assert done(at(env, then, *args)) == (0, "", "")
+    assert marks.read_text().splitlines() == [f"{slot} 1" for slot in slots]
