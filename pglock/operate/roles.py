@@ -32,8 +32,11 @@ SEAT_COLUMNS = ("job, seat, seat_limit, mode, holder, holder_pid, fencing_token,
 RUN_FUNCTIONS = (
     "acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint, "
     "boolean, text, text, text, timestamptz, interval, integer, integer, integer, boolean, "
-    "timestamptz[], text[])",
+    "timestamptz[], text[], text, text)",
     "catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz)",
+    "start_run(text, text, bigint, text, timestamptz, text, text, timestamptz, interval, "
+    "integer, integer, text, text)",
+    # Version 8's, which a run of that pglock calls through the upgrade to 9.
     "start_run(text, text, bigint, text, timestamptz, text, text, timestamptz, interval, "
     "integer, integer)",
     "renew(text, text, bigint, boolean)",

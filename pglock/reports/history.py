@@ -24,7 +24,8 @@ SELECT id, job, started_at, finished_at, holder, holder_pid, mode, outcome, exit
         WHERE s.job = runs.job AND s.slot = runs.slot) AS attempt_limit,
        manual,
        coalesce((SELECT s.caught_up FROM {schema}.slots s
-                 WHERE s.job = runs.job AND s.slot = runs.slot), false) AS caught_up
+                 WHERE s.job = runs.job AND s.slot = runs.slot), false) AS caught_up,
+       trace_id, span_id
 FROM {schema}.runs
 """
 # Each filter is a constant; only the ones asked for are joined in, so every query is one
@@ -109,6 +110,9 @@ class RunRow:
     manual: bool = False
     # Its slot was run by a catch-up (--catch-up), after its time.
     caught_up: bool = False
+    # A traced run's W3C trace id and its span's id, in hex (None: not traced).
+    trace_id: str | None = None
+    span_id: str | None = None
 
 
 @dataclass(frozen=True)

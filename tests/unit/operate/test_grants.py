@@ -49,7 +49,7 @@ def test_the_runner_gets_the_functions_revoked_from_public() -> None:
         "sighting()", "next_token(bigint, bigint)", "advisory_horizon(interval)",
         "restamp(bigint, timestamptz)",
         "record_start(text, timestamptz, text, text, integer, text, bigint, text, text, text, "
-        "timestamptz, interval, integer, integer)"}
+        "timestamptz, interval, integer, integer, text, text)"}
 
 
 def test_each_role_is_granted_what_it_needs_and_no_more() -> None:
