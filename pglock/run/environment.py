@@ -35,6 +35,26 @@ COMMAND_VARIABLES = {
 }
 
 
+# What `pglock run` reads besides its options' variables (man pglock-run, ENVIRONMENT):
+# OpenTelemetry's, for tracing (docs/monitoring.md, Tracing; run/tracing.py, run/otlp.py).
+TRACE_VARIABLES = {
+    "TRACEPARENT": "the trace the run joins (W3C Trace Context; a malformed one is ignored, "
+                   "said with -v, and the run starts a new trace); with TRACESTATE and "
+                   "BAGGAGE, passed on to the command",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "(or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) the collector the "
+                                   "run's span is sent to, as OTLP/HTTP JSON, once the lock "
+                                   "is let go",
+    "OTEL_EXPORTER_OTLP_HEADERS": "headers of that request (never shown); also _TIMEOUT "
+                                  "(milliseconds, at most 2 s), _PROTOCOL, _COMPRESSION, "
+                                  "_CERTIFICATE, _CLIENT_CERTIFICATE, _CLIENT_KEY, each with "
+                                  "its _TRACES_ variant",
+    "OTEL_SERVICE_NAME": "the span's service.name (default pglock); OTEL_RESOURCE_ATTRIBUTES, "
+                         "its resource's other attributes",
+    "OTEL_SDK_DISABLED": "true: no span, the trace context passed to the command as it came; "
+                         "OTEL_TRACES_EXPORTER=none: the span is not sent",
+}
+
+
 def command_environment(options: RunOptions, claim: lease.Claim, run_id: int,
                         attempt: int = 1, trace: Trace | None = None) -> dict[str, str]:
     """The command's environment: ours, plus what it needs to fence its own writes (and,

@@ -20,12 +20,28 @@ import os
 import re
 import time
 from collections.abc import Callable, Mapping, MutableMapping
-from dataclasses import dataclass, field
 from datetime import datetime
-from typing import NamedTuple, Protocol
+from typing import TYPE_CHECKING, NamedTuple
 
 from pglock.lock.ledger import Outcome, RunResult, StartedRun
 from pglock.settings.config import shown
+
+if TYPE_CHECKING:
+    from typing import Protocol
+
+    class Traced(Protocol):
+        """What the trace needs of the run's options (run/options.py's RunOptions)."""
+
+        @property
+        def job(self) -> str: ...
+        @property
+        def command(self) -> list[str]: ...
+        @property
+        def holder(self) -> str: ...
+        @property
+        def mode(self) -> str: ...
+        @property
+        def trace_skips(self) -> bool: ...
 
 log = logging.getLogger(__name__)
 
@@ -38,11 +54,12 @@ BAGGAGE_MAX = 8192
 SAMPLED = 0x01
 KNOWN_FLAGS = 0x03
 
-_TRACEPARENT = re.compile(r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})")
-_TRACESTATE_MEMBER = re.compile(
+# Compiled on first use (re's cache): a run with no TRACESTATE compiles none of its.
+_TRACEPARENT = r"([0-9a-f]{2})-([0-9a-f]{32})-([0-9a-f]{16})-([0-9a-f]{2})"
+_TRACESTATE_MEMBER = (
     r"(?:[a-z][_0-9a-z*/-]{0,255}|[a-z0-9][_0-9a-z*/-]{0,240}@[a-z][_0-9a-z*/-]{0,13})"
     r"=[\x20-\x2b\x2d-\x3c\x3e-\x7e]{0,255}[\x21-\x2b\x2d-\x3c\x3e-\x7e]")
-_PRINTABLE_ASCII = re.compile(r"[\x20-\x7e\t]*")
+_PRINTABLE_ASCII = r"[\x20-\x7e\t]*"
 
 # The variables that name an OTLP endpoint (either turns tracing on: slot.traced()).
 ENDPOINTS = ("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
@@ -70,7 +87,7 @@ def parse_traceparent(value: str) -> Parent:
     text = value.strip(" \t")
     if len(text) > TRACEPARENT_MAX:
         raise Malformed(f"longer than {TRACEPARENT_MAX} characters")
-    found = _TRACEPARENT.match(text)
+    found = re.match(_TRACEPARENT, text)
     if found is None:
         raise Malformed("not VERSION-TRACEID-PARENTID-FLAGS of 2, 32, 16 and 2 lowercase "
                         "hex digits")
@@ -99,7 +116,7 @@ def check_tracestate(value: str) -> str:
     if len(members) > TRACESTATE_MEMBERS:
         raise Malformed(f"more than {TRACESTATE_MEMBERS} members")
     for number, member in enumerate(members, 1):
-        if _TRACESTATE_MEMBER.fullmatch(member) is None:
+        if re.fullmatch(_TRACESTATE_MEMBER, member) is None:
             raise Malformed(f"member {number} is not key=value by the W3C grammar")
     keys = [member.partition("=")[0] for member in members]
     if len(set(keys)) != len(keys):
@@ -112,7 +129,7 @@ def check_baggage(value: str) -> str:
     8192 bytes at most. Its members are the command's business, not pglock's."""
     if len(value) > BAGGAGE_MAX:
         raise Malformed(f"longer than {BAGGAGE_MAX} bytes")
-    if _PRINTABLE_ASCII.fullmatch(value) is None:
+    if re.fullmatch(_PRINTABLE_ASCII, value) is None:
         raise Malformed("not printable ASCII")
     return value
 
@@ -133,24 +150,28 @@ class Event(NamedTuple):
     attributes: dict[str, str | int | float]
 
 
-@dataclass(eq=False)
 class Span:
-    """One run as a span: named after its job; its times on this host's clock."""
+    """One run as a span: named after its job; its times on this host's clock. (A plain
+    class: a dataclass's generated methods cost more to import than the rest of this
+    module.)"""
 
-    trace_id: str
-    span_id: str
-    parent_id: str | None
-    name: str
-    start_ns: int
-    end_ns: int | None = None
-    attributes: dict[str, str | int | float] = field(default_factory=dict)
-    events: list[Event] = field(default_factory=list)
-    # Status error, and its message (None with `failed`: the outcome says it).
-    failed: bool = False
-    message: str | None = None
-    # An attempt of it was recorded (a run that ran), or it is a skip (--trace-skips).
-    ran: bool = False
-    skipped: bool = False
+    __slots__ = ("attributes", "end_ns", "events", "failed", "message", "name", "parent_id",
+                 "ran", "skipped", "span_id", "start_ns", "trace_id")
+
+    def __init__(self, trace_id: str, span_id: str, parent_id: str | None, name: str,
+                 attributes: dict[str, str | int | float]) -> None:
+        self.trace_id, self.span_id, self.parent_id = trace_id, span_id, parent_id
+        self.name = name
+        self.start_ns = time.time_ns()
+        self.end_ns: int | None = None
+        self.attributes = attributes
+        self.events: list[Event] = []
+        # Status error, and its message (None with `failed`: the outcome says it).
+        self.failed = False
+        self.message: str | None = None
+        # An attempt of it was recorded (a run that ran), or it is a skip (--trace-skips).
+        self.ran = False
+        self.skipped = False
 
     def end(self) -> None:
         if self.end_ns is None:
@@ -188,21 +209,6 @@ def _checked(name: str, value: str, check: Callable[[str], str]) -> str | None:
     except Malformed as error:
         log.debug("%s ignored (%s): not passed to the command", name, error)
         return None
-
-
-class Traced(Protocol):
-    """What the trace needs of the run's options (run/options.py's RunOptions)."""
-
-    @property
-    def job(self) -> str: ...
-    @property
-    def command(self) -> list[str]: ...
-    @property
-    def holder(self) -> str: ...
-    @property
-    def mode(self) -> str: ...
-    @property
-    def trace_skips(self) -> bool: ...
 
 
 class Trace:
@@ -243,7 +249,7 @@ class Trace:
         """A new span for the next run (a trigger's, or a catch-up's next slot)."""
         parent = self.context.parent
         span = Span(self.trace_id, new_id(16), None if parent is None else parent.span_id,
-                    self.job, time.time_ns(), attributes=dict(self.common))
+                    self.job, dict(self.common))
         if slot is not None:
             span.attributes["pglock.slot"] = slot.isoformat()
         self.spans.append(span)
