@@ -274,19 +274,24 @@ def test_a_collector_that_refuses_costs_one_line_under_v_never_the_run(
 
 
 @pytest.mark.slow
-def test_a_hanging_collector_costs_at_most_the_timeout_and_never_the_lock(env: Env) -> None:
+@pytest.mark.parametrize("mode", ["lease", "advisory"])
+def test_a_hanging_collector_costs_at_most_the_timeout_and_never_the_lock(
+        env: Env, mode: str) -> None:
     """The export waits 2 s at most whatever OTEL_EXPORTER_OTLP_TIMEOUT says, and only once
-    the lock is let go: a contender started when the request arrives gets the lock and runs
-    while the first pglock still waits on the collector."""
+    the lock is let go (the advisory session closed too): a contender started when the
+    request arrives gets the lock and runs while the first pglock still waits on the
+    collector."""
     contender: list[subprocess.CompletedProcess[str]] = []
     collector = Collector(hang=True)
     with collecting(collector):
-        first = env.popen("run", "--job", "shared", "--min-hold", "0", "--", "true",
+        first = env.popen("run", "--job", "shared", "--mode", mode, "--min-hold", "0", "--",
+                          "true",
                           env=traced(collector.url, OTEL_EXPORTER_OTLP_TIMEOUT="60000"))
         assert collector.arrived.wait(60), "the span never arrived"
         arrived = time.monotonic()
         contender.append(subprocess.run(
-            [PGLOCK, "run", "--job", "shared", "--min-hold", "0", "--", "true"],
+            [PGLOCK, "run", "--job", "shared", "--mode", mode, "--min-hold", "0", "--",
+             "true"],
             env={k: v for k, v in env.env.items() if not k.startswith("OTEL_")},
             capture_output=True, text=True, timeout=60))
         still_waiting = first.poll() is None
