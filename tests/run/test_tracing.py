@@ -6,6 +6,7 @@ refuse, fail or hang; a header's secret never shown."""
 from __future__ import annotations
 
 import base64
+import gzip
 import json
 import subprocess
 import sys
@@ -97,6 +98,8 @@ def collecting(collector: Collector) -> Iterator[Collector]:
     class Handler(Quiet):
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length") or 0))
+            if self.headers.get("Content-Encoding") == "gzip":
+                body = gzip.decompress(body)
             collector.received.append(Received(self.path, dict(self.headers), body))
             collector.arrived.set()
             if collector.hang:
@@ -187,8 +190,10 @@ def test_retries_are_one_span_with_an_event_each_and_the_failure_is_its_status(
         env: Env) -> None:
     with collecting(Collector()) as collector:
         result = env.run("run", "--job", "flaky", "--retries", "1", "--retry-delay", "0",
-                         "--", "sh", "-c", "exit 3", env=traced(collector.url))
+                         "--", "sh", "-c", "exit 3",
+                         env=traced(collector.url, OTEL_EXPORTER_OTLP_COMPRESSION="gzip"))
     assert (result.returncode, result.stderr) == (3, ""), result
+    assert collector.received[0].headers["Content-Encoding"] == "gzip"
     (span,) = collector.spans()
     rows = env.runs("flaky")
     assert [(r["attempt"], r["outcome"]) for r in rows] == [(1, "failed"), (2, "failed")]

@@ -315,6 +315,18 @@ def test_what_is_shown_of_an_endpoint_is_its_scheme_host_and_port() -> None:
         "refused <hidden> at https://collector.example:4318")
 
 
+def test_https_is_verified_as_the_standard_library_does() -> None:
+    import ssl
+
+    chosen = otlp.settings({"OTEL_EXPORTER_OTLP_ENDPOINT": "https://collector.example:4318"})
+    assert chosen is not None
+    connection = otlp._connection(chosen)
+    context = connection._context
+    assert (context.verify_mode, context.check_hostname) == (ssl.CERT_REQUIRED, True)
+    assert (connection.host, connection.port, connection.timeout) == (
+        "collector.example", 4318, 2.0)
+
+
 def sent(trace: Trace) -> dict[str, Any]:
     batch = otlp.Batch(trace.finished(), trace.flags, trace.context.tracestate)
     return otlp.document(batch, {"service.name": "pglock", "host.name": "web1"})
