@@ -22,11 +22,10 @@ import psycopg
 import pytest
 from conftest import Env, free_port
 from endpoints import Quiet, serving
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as trace_service
 
 from pglock.lock import advisory, lease, ledger
-
-json_format = pytest.importorskip("google.protobuf.json_format")
-trace_service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
 
 TRACE = "4bf92f3577b34da6a3ce929d0e0e4736"
 PARENT = "00f067aa0ba902b7"

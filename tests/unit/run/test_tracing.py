@@ -9,6 +9,8 @@ from datetime import UTC, datetime
 from typing import Any
 
 import pytest
+from google.protobuf import json_format
+from opentelemetry.proto.collector.trace.v1 import trace_service_pb2 as service
 
 from pglock.lock.ledger import Outcome, RunResult, StartedRun
 from pglock.run import otlp, slot, tracing
@@ -335,8 +337,6 @@ def sent(trace: Trace) -> dict[str, Any]:
 def test_the_document_is_an_otlp_export_request() -> None:
     """Parsed by OpenTelemetry's own protobuf messages (its JSON mapping, save the ids,
     which OTLP/JSON writes in hex where protobuf's JSON has base64): no field unknown."""
-    json_format = pytest.importorskip("google.protobuf.json_format")
-    service = pytest.importorskip("opentelemetry.proto.collector.trace.v1.trace_service_pb2")
     trace = started({"TRACEPARENT": VALID, "TRACESTATE": "congo=t61rcWkgMzE"})
     trace.forked(99)
     run = StartedRun(5, datetime.now(UTC))
