@@ -19,7 +19,7 @@ from pglock.cli.app import COMPLETE_VAR, full_app
 from pglock.errors import EVERY, RUN, ExitStatus
 from pglock.operate.doctor import EXIT_MEANINGS
 from pglock.reports.check import PluginStatus
-from pglock.run.environment import COMMAND_VARIABLES
+from pglock.run.environment import COMMAND_VARIABLES, TRACE_VARIABLES
 from pglock.settings.config import CONFIG_KEYS
 from pglock.settings.text import WINDOW_SEPARATOR
 
@@ -90,6 +90,9 @@ def environment_lines(command: _click.Command) -> list[str]:
               "and libpq's own (\\fBPGHOST\\fR, \\fBPGPASSWORD\\fR, \\fBPGSERVICE\\fR, ...) "
               "when no DSN is given."]
     if command.name == "run":
+        lines += [".PP", "Read for tracing (OpenTelemetry's variables):"]
+        for variable, meaning in TRACE_VARIABLES.items():
+            lines += [".TP", f"\\fB{roff(variable)}\\fR", roff(meaning)]
         lines += [".PP", "Given to the command, besides pglock's own environment:"]
         for variable, meaning in COMMAND_VARIABLES.items():
             lines += [".TP", f"\\fB{roff(variable)}\\fR", roff(meaning)]

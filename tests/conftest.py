@@ -33,9 +33,10 @@ for _signum, _handler in ((signal.SIGINT, signal.default_int_handler),
 TEST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
                  "max_connections": "400"}
 
-# A developer's environment must not leak into the tests.
+# A developer's environment must not leak into the tests (a trace, a collector included).
 for _name in list(os.environ):
-    if _name.startswith(("PGLOCK_", "PG")) and _name != "PGLOCK_TEST_DSN":
+    if ((_name.startswith(("PGLOCK_", "PG", "OTEL_")) and _name != "PGLOCK_TEST_DSN")
+            or _name in ("TRACEPARENT", "TRACESTATE", "BAGGAGE")):
         del os.environ[_name]
 
 

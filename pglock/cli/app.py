@@ -258,6 +258,11 @@ def run(
         metavar="PATH|syslog", show_default=False,
         help="Append one JSON line per event (skipped, acquired, started, finished, ...) to "
              "PATH, or send it to syslog (syslog:/path/to/socket for another socket).")] = None,
+    trace_skips: Annotated[bool, typer.Option(envvar="PGLOCK_TRACE_SKIPS",
+        help="When the run is traced (TRACEPARENT or OTEL_EXPORTER_OTLP_ENDPOINT set: "
+             "docs/monitoring.md, Tracing): a span for a trigger that did not run too "
+             "(held elsewhere, slot done, paused...); by default only a run that ran has "
+             "one.")] = False,
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: RunConnectTimeout = "10s",

@@ -497,7 +497,7 @@ def run_json(run: RunRow, *, output: bool = False) -> dict[str, Any]:
                 "fencing_token": run.fencing_token, "error": run.error,
                 "slot": iso(run.slot), "attempt": run.attempt,
                 "attempt_limit": run.attempt_limit, "manual": run.manual,
-                "late": run.late}
+                "late": run.late, "trace_id": run.trace_id, "span_id": run.span_id}
     if output:
         # The run's --output-tail size is not recorded, so whether the tail is all of the
         # output cannot be told: there is no output_truncated.

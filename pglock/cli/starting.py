@@ -20,7 +20,7 @@ STARTED_FROM = frozenset((
     "grace", "output_tail", "output_on_failure", "leave_descendants", "on_failure",
     "on_success", "on_recovery", "hook_timeout", "ping_url", "event_log", "dsn", "schema",
     "connect_timeout", "verbose", "quiet", "retries", "retry_delay", "limit",
-    "expect_duration", "on_slow", "catch_up", "catch_up_limit", "window"))
+    "expect_duration", "on_slow", "catch_up", "catch_up_limit", "window", "trace_skips"))
 
 
 def start(values: dict[str, Any], from_environment: Collection[str],

@@ -42,7 +42,7 @@ SELECT * FROM {schema}.acquire(
     %(version)s, %(job)s, %(mode)s, %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s,
     %(slot)s, %(handover_from)s, %(rerun)s, %(command)s, %(schedule)s, %(timezone)s,
     %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s, %(limit)s, %(final)s,
-    %(backlog)s, %(windows)s, %(late)s)
+    %(backlog)s, %(windows)s, %(late)s, %(trace_id)s, %(span_id)s)
 """
 
 # A winner that catches up (--catch-up): the slots it will run marked, the ones it gives
@@ -258,7 +258,7 @@ def _acquire(conn: psycopg.Connection[Any], lease: Claim,
 def _start_params(start: ledger.RunStart | None) -> dict[str, Any]:
     if start is None:
         return {"command": None, "schedule": None, "timezone": None, "next_slot": None,
-                "grace": None, "retries": 0, "attempt": 1}
+                "grace": None, "retries": 0, "attempt": 1, "trace_id": None, "span_id": None}
     return ledger.start_params(start)
 
 

@@ -34,8 +34,11 @@ RUN_FUNCTIONS = (
     "take(integer, text)",
     "acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint, "
     "boolean, text, text, text, timestamptz, interval, integer, integer, integer, boolean, "
-    "timestamptz[], text[], text)",
+    "timestamptz[], text[], text, text, text)",
     "catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz)",
+    "start_run(text, text, bigint, text, timestamptz, text, text, timestamptz, interval, "
+    "integer, integer, text, text)",
+    # Version 8's, which a run of that pglock calls through the upgrade to 9.
     "start_run(text, text, bigint, text, timestamptz, text, text, timestamptz, interval, "
     "integer, integer)",
     "renew(text, text, bigint, boolean)",

@@ -25,7 +25,7 @@ SELECT id, job, started_at, finished_at, holder, holder_pid, mode, outcome, exit
        manual,
        coalesce((SELECT s.caught_up FROM {schema}.slots s
                  WHERE s.job = runs.job AND s.slot = runs.slot), false) AS caught_up,
-       late_reason
+       late_reason, trace_id, span_id
 FROM {schema}.runs
 """
 # Each filter is a constant; only the ones asked for are joined in, so every query is one
@@ -113,6 +113,9 @@ class RunRow:
     caught_up: bool = False
     # Why it started late ('promotion_wait': it waited out the wait after a promotion).
     late: str | None = None
+    # A traced run's W3C trace id and its span's id, in hex (None: not traced).
+    trace_id: str | None = None
+    span_id: str | None = None
 
 
 @dataclass(frozen=True)

@@ -90,6 +90,8 @@ class RunOptions:
     catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
     # --window 'CRON DURATION' (repeatable): a trigger inside one skips.
     windows: tuple[str, ...] = ()
+    # --trace-skips: a traced trigger that did not run has a span too (run/tracing.py).
+    trace_skips: bool = False
 
     def __post_init__(self) -> None:
         # Names that look the same are the same job (NFC; docs/decisions.md).
@@ -287,7 +289,7 @@ def run_options(v: Mapping[str, Any]) -> RunOptions:
         retries=v["retries"], retry_delay=parse_duration(v["retry_delay"], option="--retry-delay"),
         **_expected(v["expect_duration"]),
         catch_up=v["catch_up"], catch_up_limit=v["catch_up_limit"],
-        windows=tuple(v["window"] or ()),
+        windows=tuple(v["window"] or ()), trace_skips=v["trace_skips"],
         notify=NotifyOptions(
             on_failure=v["on_failure"], on_success=v["on_success"],
             on_recovery=v["on_recovery"], on_slow=v["on_slow"],

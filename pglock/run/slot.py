@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from pglock.run.expected import SlowWatch
     from pglock.run.record import Then
     from pglock.run.reentrant import Inherited
+    from pglock.run.tracing import Trace
     from pglock.run.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -47,6 +49,9 @@ WINDOW_NOTE_TIMEOUT = 2.0
 # The most a trigger refused by the wait after a promotion adds to the wait's end, at
 # random: the hosts of a fleet come back spread over it, not in one storm.
 PROMOTION_JITTER = 5.0
+# What turns tracing on (run/tracing.py, imported only then): a trace to join, or a
+# collector to send the span to (tracing.ENDPOINTS).
+TRACED_BY = ("TRACEPARENT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 def execute(options: RunOptions, conninfo: str) -> int:
@@ -148,7 +153,8 @@ class Slot:
         if scheduled is not None:
             claim.windows = [w.text for w in options.parsed_windows()] or None
             claim.backlog = _backlog(options, scheduled)
-        notifier = Notifier(options.notify, job=options.job, holder=options.holder)
+        notifier = Notifier(options.notify, job=options.job, holder=options.holder,
+                            trace=_trace(options, claim.slot))
         return cls(options, session, claim, gate, notifier, scheduled)
 
     def close(self) -> None:
@@ -160,8 +166,7 @@ class Slot:
 
     def run(self, started: float, start_by: float) -> int:
         """Take the lock (recording the first attempt's start), then the attempts."""
-        first = ledger.RunStart(command=shown(self.options.command[0]),
-                                scheduled=self.scheduled, retries=self.options.retries)
+        first = self._run_start()
         # From here to the fork, a stop signal cancels the statement in flight and is
         # acted on when it has answered (SignalGate.deferred_signal).
         self.gate.deferring = True
@@ -430,9 +435,7 @@ class Slot:
             from pglock.run import retry
 
             wait = retry.delay(self.options.retry_delay, done.run.attempt)
-            self.notifier.emit("retry", warning=True, attempt=done.run.attempt,
-                               attempts=done.run.attempt_limit, outcome=str(done.result.outcome),
-                               exit_code=done.result.exit_code, delay=round(wait, 3))
+            self.notifier.retrying(done.run, done.result, wait)
             why, reason = self.back_off(wait, done.kept_at)
             if why is not None:
                 self.kept_at = None
@@ -515,7 +518,8 @@ class Slot:
                     deadlines = Deadlines(deadlines.start_by, watch_until, grace)
                 self.gate.child = Child.spawn(
                     self.options.command,
-                    command_environment(self.options, self.claim, run.id, run.attempt),
+                    command_environment(self.options, self.claim, run.id, run.attempt,
+                                        self.notifier.trace),
                     None if capture is None else capture.child_fds(),
                     reap=not self.options.leave_descendants, deadlines=deadlines)
             except (CannotStart, LateStart) as error:
@@ -532,9 +536,7 @@ class Slot:
         --connect-timeout after the cut, as the acquire is (in advisory mode once the
         session lock is taken back): the start that committed unseen is then the one
         returned (start_run), not a second one."""
-        start = ledger.RunStart(command=shown(self.options.command[0]),
-                                scheduled=self.scheduled, retries=self.options.retries,
-                                attempt=attempt)
+        start = self._run_start(attempt)
         with database.translated(f"cannot record the start of job {self.claim.job!r}"):
             conn = self.session.get()
             cut_until: float | None = None
@@ -560,6 +562,15 @@ class Slot:
                 except psycopg.Error:
                     self._release_unstarted(conn)
                     raise
+
+    def _run_start(self, attempt: int = 1) -> ledger.RunStart:
+        """What an attempt's start record says (a traced run's: its trace and span ids)."""
+        trace = self.notifier.trace
+        return ledger.RunStart(command=shown(self.options.command[0]),
+                               scheduled=self.scheduled, retries=self.options.retries,
+                               attempt=attempt,
+                               trace_id=None if trace is None else trace.trace_id,
+                               span_id=None if trace is None else trace.span.span_id)
 
     def _confirm(self) -> str | None:
         """The lock confirmed again before a further attempt's fork, when its last
@@ -660,7 +671,7 @@ class Slot:
         gc.freeze()
         gc.enable()
         # After the watchdog's fork: the start ping has a thread of its own.
-        self.notifier.started(run.id, self.options.command[0])
+        self.notifier.started(run.id, self.options.command[0], child.pid)
         supervision = Supervision(child, heartbeat, self.gate,
                                   max_runtime=self.options.max_runtime,
                                   kill_after=self.options.kill_after,
@@ -698,8 +709,8 @@ class Slot:
 
         assert self.options.expect_max is not None
         watch = SlowWatch(self.session, self.claim, self.notifier, self.options.expect_max)
-        watch.arm(heartbeat, run.id,
-                  command_environment(self.options, self.claim, run.id, run.attempt))
+        watch.arm(heartbeat, run.id, command_environment(
+            self.options, self.claim, run.id, run.attempt, self.notifier.trace))
         self.watches.append(watch)
 
     def keepers(self, child: Child) -> tuple[Heartbeat, Watchdog | None]:
@@ -774,7 +785,7 @@ class Slot:
                 lease.release(self.session.get(), self.claim, self.claim.hold)
         if say and recorded.failure is not None:
             log.warning("job %r: %s", self.claim.job, unrecorded(run.id, recorded.failure))
-        self.notifier.finished(recorded.result, recorded=recorded.failure is None)
+        self.notifier.finished(recorded.result, recorded.failure is None, run)
         if code is None:
             code = (ExitStatus.INTERNAL if recorded.result.exit_code is None
                     else recorded.result.exit_code)
@@ -850,10 +861,28 @@ class Slot:
         # The hooks are not a database wait: a stop signal ends them as before.
         self.gate.deferring = False
         newest = last.finished is not None and last.finished.newest
-        env = command_environment(self.options, self.claim, last.run.id, last.run.attempt)
+        env = command_environment(self.options, self.claim, last.run.id, last.run.attempt,
+                                  self.notifier.trace)
         note = self.notifier.after_run(last.result, self.before if newest else None, env)
         if note is not None and newest:
             add_note(self.session, self.claim, last.run.id, note)
+
+
+def traced(environ: Mapping[str, str]) -> bool:
+    """Whether this run is traced: TRACEPARENT or an OTLP endpoint is set."""
+    return any(environ.get(name) for name in TRACED_BY)
+
+
+def _trace(options: RunOptions, slot: datetime | None) -> Trace | None:
+    """The run's trace and its first span, when traced (None: not, and nothing imported)."""
+    if not traced(os.environ):
+        return None
+    from pglock.run.tracing import Trace
+
+    trace = Trace.start(os.environ, options)
+    if trace is not None:
+        trace.begin(slot)
+    return trace
 
 
 def _cut(conn: psycopg.Connection[object], error: psycopg.OperationalError) -> bool:

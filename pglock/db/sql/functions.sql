@@ -214,12 +214,13 @@ $$;
 -- the lock, so a holder whose slot row was lost has lost its lock too; and the CHECK
 -- applies to the row proposed, before the conflict, whose limit a replay may have
 -- raised on the existing one.) p_late: why the run starts late (version 9:
--- 'promotion_wait', it waited out the wait after a promotion), shown by history.
+-- 'promotion_wait', it waited out the wait after a promotion), shown by history. A traced
+-- run's trace and span ids go on the row (version 9; NULL: not traced).
 CREATE OR REPLACE FUNCTION {schema}.record_start(
     p_job text, p_slot timestamptz, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_fencing_token bigint, p_command text, p_schedule text,
     p_timezone text, p_next_slot timestamptz, p_grace interval, p_retries integer,
-    p_attempt integer, p_late text DEFAULT NULL)
+    p_attempt integer, p_late text, p_trace_id text, p_span_id text)
 RETURNS TABLE (run_id bigint, started_at timestamptz, attempt integer, attempt_limit integer)
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 WITH claim AS (
@@ -251,13 +252,14 @@ WITH claim AS (
 ), started AS (
     INSERT INTO {schema}.runs
         (job, slot, mode, holder, holder_pid, fencing_token, command, started_at, outcome,
-         attempt, manual, claim_digest, seat, late_reason)
+         attempt, manual, claim_digest, seat, late_reason, trace_id, span_id)
     SELECT p_job, p_slot, p_mode, p_holder, p_holder_pid, p_fencing_token,
            p_command, clock_timestamp(), 'running',
            coalesce((SELECT attempts FROM opened), p_attempt),
            p_slot IS NULL AND EXISTS (
                SELECT 1 FROM {schema}.jobs WHERE job = p_job AND schedule IS NOT NULL),
-           sha256(convert_to(p_holder_id, 'UTF8')), (SELECT seat FROM claim), p_late
+           sha256(convert_to(p_holder_id, 'UTF8')), (SELECT seat FROM claim), p_late,
+           p_trace_id, p_span_id
     RETURNING id, started_at, attempt,
               coalesce((SELECT attempt_limit FROM opened), 1 + p_retries) AS limit_
 ), latest_abandoned AS (
@@ -399,14 +401,15 @@ $$;
 -- After a promotion (version 9, docs/ha.md): a loser refused by the wait alone (the row,
 -- or its absence, would be taken but for it) learns how long the wait has left
 -- (promotion_wait), so that a trigger can wait for it and try once more (p_late then
--- says so on its run).
+-- says so on its run). A traced run's trace and span ids (version 9) go on the start it
+-- records.
 CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_version integer, p_job text, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_ttl interval, p_slot timestamptz, p_handover_from bigint,
     p_rerun boolean, p_command text, p_schedule text, p_timezone text,
     p_next_slot timestamptz, p_grace interval, p_retries integer, p_attempt integer,
     p_limit integer, p_final boolean, p_backlog timestamptz[], p_windows text[],
-    p_late text)
+    p_late text, p_trace_id text, p_span_id text)
 RETURNS TABLE (schema_version integer, session_held boolean, slot_ran boolean,
                is_paused boolean, token bigint, first_handover bigint, held_by text,
                run_id bigint, run_started_at timestamptz, run_attempt integer,
@@ -663,7 +666,8 @@ BEGIN
         INTO run_id, run_started_at, run_attempt, run_attempt_limit
         FROM {schema}.record_start(p_job, p_slot, p_mode, p_holder, p_holder_pid,
                                    p_holder_id, token, p_command, p_schedule, p_timezone,
-                                   p_next_slot, p_grace, p_retries, p_attempt, p_late) s;
+                                   p_next_slot, p_grace, p_retries, p_attempt, p_late,
+                                   p_trace_id, p_span_id) s;
     END IF;
     IF p_slot IS NOT NULL THEN
         -- The job's windows as this run gives them (status reads them); written only when
@@ -711,11 +715,12 @@ $$;
 -- returns the start that committed unseen: a run of the caller's claim and of this
 -- attempt still running is that one (each earlier attempt's end was recorded before it),
 -- which a second start record would mark abandoned, spending one of the slot's attempts
--- on nothing.
+-- on nothing. A traced run's trace and span ids (version 9) go on the start.
 CREATE OR REPLACE FUNCTION {schema}.start_run(
     p_job text, p_holder_id text, p_fencing_token bigint, p_command text,
     p_slot timestamptz, p_schedule text, p_timezone text, p_next_slot timestamptz,
-    p_grace interval, p_retries integer, p_attempt integer)
+    p_grace interval, p_retries integer, p_attempt integer, p_trace_id text,
+    p_span_id text)
 RETURNS TABLE (run_id bigint, started_at timestamptz, attempt integer, attempt_limit integer)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -751,8 +756,21 @@ BEGIN
     RETURN QUERY SELECT * FROM {schema}.record_start(
         p_job, p_slot, v_lock.mode, v_lock.holder, v_lock.holder_pid, p_holder_id,
         p_fencing_token, p_command, p_schedule, p_timezone, p_next_slot, p_grace,
-        p_retries, p_attempt);
+        p_retries, p_attempt, NULL, p_trace_id, p_span_id);
 END
+$$;
+
+-- start_run as version 8 called it, for a pglock of that version whose run goes on
+-- through the upgrade to 9: its starts carry no trace.
+CREATE OR REPLACE FUNCTION {schema}.start_run(
+    p_job text, p_holder_id text, p_fencing_token bigint, p_command text,
+    p_slot timestamptz, p_schedule text, p_timezone text, p_next_slot timestamptz,
+    p_grace interval, p_retries integer, p_attempt integer)
+RETURNS TABLE (run_id bigint, started_at timestamptz, attempt integer, attempt_limit integer)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT * FROM {schema}.start_run(p_job, p_holder_id, p_fencing_token, p_command, p_slot,
+                                     p_schedule, p_timezone, p_next_slot, p_grace, p_retries,
+                                     p_attempt, NULL::text, NULL::text)
 $$;
 
 -- renew: push the expiry out by the ttl while the lock or seat is still the caller's.
@@ -1163,13 +1181,15 @@ $$;
 -- anew is covered.)
 REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text),
     {schema}.record_start(text, timestamptz, text, text, integer, text, bigint, text, text,
-                          text, timestamptz, interval, integer, integer, text),
+                          text, timestamptz, interval, integer, integer, text, text, text),
     {schema}.acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint,
                      boolean, text, text, text, timestamptz, interval, integer, integer,
-                     integer, boolean, timestamptz[], text[], text),
+                     integer, boolean, timestamptz[], text[], text, text, text),
     {schema}.catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz),
     {schema}.start_run(text, text, bigint, text, timestamptz, text, text, timestamptz,
                        interval, integer, integer),
+    {schema}.start_run(text, text, bigint, text, timestamptz, text, text, timestamptz,
+                       interval, integer, integer, text, text),
     {schema}.renew(text, text, bigint, boolean),
     {schema}.retake(text, text, bigint),
     {schema}.incarnation(), {schema}.timeline(), {schema}.sighting(),

@@ -51,7 +51,7 @@ def test_the_runner_gets_the_functions_revoked_from_public() -> None:
         "takeable({schema}.locks, text, text, text, boolean, bigint)",
         "seat_takeable({schema}.seats, text, boolean, bigint)",
         "record_start(text, timestamptz, text, text, integer, text, bigint, text, text, text, "
-        "timestamptz, interval, integer, integer, text)"}
+        "timestamptz, interval, integer, integer, text, text, text)"}
 
 
 def test_each_role_is_granted_what_it_needs_and_no_more() -> None:

@@ -1,5 +1,6 @@
 -- pglock schema, version 9: no two holders across an asynchronous promotion, round two
--- (docs/ha.md). The rules changed in sql/functions.sql, created after this file:
+-- (docs/ha.md), and a traced run's trace context on its history row (docs/monitoring.md).
+-- The rules changed in sql/functions.sql, created after this file:
 -- - a row of an older timeline goes back to nobody, its own holder included, before the
 --   wait after a promotion has passed (a resent acquire waits like anyone else);
 -- - no holder's own write re-stamps a row's timeline (restamp() is gone): only an
@@ -40,8 +41,22 @@ ALTER TABLE {schema}.jobs
     ADD COLUMN promotion_missed bigint,
     ADD COLUMN promotion_missed_slot timestamptz;
 
--- Signatures that change: acquire (a column and a parameter more), record_start (a
--- parameter more), sighting (two columns more); restamp is gone. (take is new.)
+-- A traced run's W3C trace context (docs/monitoring.md, "Tracing"): the trace it belongs
+-- to and the span that stands for it, as lowercase hex (the form TRACEPARENT, the event
+-- log and the collectors show). NULL for a run that was not traced. Every attempt of one
+-- trigger (its retries) is one span. The checks are NOT VALID: the columns are new, so
+-- there is nothing to scan, and an upgrade must not hold the runs table for a scan of ten
+-- million rows. The ids ride in the statements that record a start: acquire and
+-- record_start take them, and start_run gains an overload beside the one a pglock of
+-- version 8 calls while its run goes on through the upgrade.
+ALTER TABLE {schema}.runs ADD COLUMN trace_id text, ADD COLUMN span_id text;
+ALTER TABLE {schema}.runs
+    ADD CONSTRAINT runs_trace_id_hex CHECK (trace_id ~ '^[0-9a-f]{{32}}$') NOT VALID,
+    ADD CONSTRAINT runs_span_id_hex CHECK (span_id ~ '^[0-9a-f]{{16}}$') NOT VALID;
+
+-- Signatures that change: acquire (a column and parameters more), record_start
+-- (parameters more), sighting (columns more); restamp is gone. (take, and start_run's
+-- overload, are new.)
 DROP FUNCTION IF EXISTS {schema}.acquire(integer, text, text, text, integer, text, interval,
     timestamptz, bigint, boolean, text, text, text, timestamptz, interval, integer, integer,
     integer, boolean, timestamptz[], text[]);
