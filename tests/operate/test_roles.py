@@ -191,7 +191,7 @@ def test_a_runner_cannot_take_over_a_live_lease(env: Env, roles: dict[str, str])
                     "SELECT * FROM {schema}.runs",
                     "SELECT {schema}.advisory_key('held')",
                     "SELECT * FROM {schema}.record_start('held', NULL, 'lease', 'h', 1, 'x', "
-                    "99, 'true', NULL, NULL, NULL, NULL, 0, 1, NULL, NULL)"):
+                    "99, 'true', NULL, NULL, NULL, NULL, 0, 1, NULL, NULL, NULL)"):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
                     conn.execute(schema.query(statement, env.schema))
             # The functions, with a guessed holder id and the real (public) token.
