@@ -246,3 +246,29 @@ def test_a_caught_up_slot_is_given_in_the_schedules_zone_as_the_own_slot_is(
     assert done(at(env, first, *args)) == (0, "", "")
     assert done(at(env, then, *args)) == (0, "", "")
     assert marks.read_text().splitlines() == [f"{slot} 1" for slot in slots]
+
+
+def test_a_slot_missed_in_the_wait_after_a_promotion_is_caught_up(env: Env) -> None:
+    """A slot given up because the wait after a promotion would have ended past --deadline
+    is recorded missed, with its reason (schema version 9, `missed()`); that record does not
+    count as an attempt, so a later trigger's --catch-up runs the slot."""
+    marks = env.tmp / "marks"
+    first = at(env, "2026-11-02 09:05:00", "run", "--job", "billing", *HOURLY,
+               "--catch-up", "all", *marking(marks))
+    assert done(first) == (0, "", "")
+    env.query("SELECT {schema}.missed('billing', '2026-11-02 10:00+00', 'promotion_wait', 0)")
+    assert env.query("SELECT promotion_missed FROM {schema}.jobs") == [(1,)]
+    later = at(env, "2026-11-02 11:05:00", "run", "--job", "billing", *HOURLY,
+               "--catch-up", "all", *marking(marks))
+    assert done(later) == (0, "", "")
+    assert marks.read_text().splitlines() == [
+        "2026-11-02T09:00:00+00:00 1", "2026-11-02T10:00:00+00:00 1",
+        "2026-11-02T11:00:00+00:00 1"]
+    assert env.query("SELECT slot, caught_up, missed_reason FROM {schema}.slots "
+                     "ORDER BY slot") == [
+        (datetime(2026, 11, 2, 9, tzinfo=UTC), None, None),
+        (datetime(2026, 11, 2, 10, tzinfo=UTC), True, "promotion_wait"),
+        (datetime(2026, 11, 2, 11, tzinfo=UTC), None, None)]
+    history = env.run("history", "--job", "billing")
+    assert "missed: the wait after a promotion ended past --deadline: 1 slot" in history.stdout
+    assert history.stdout.count("caught up") == 1
