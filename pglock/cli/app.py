@@ -519,6 +519,11 @@ def _outcome(args: list[str], checking: bool) -> int:
 
                 raise OutputFailed(OSError(errno.EPIPE, os.strerror(errno.EPIPE))) from None
             raise
+        except OSError as error:
+            # click's own writing (--help) to a full disk: as pglock's own writing says it.
+            if _written_by_click(error):
+                raise OutputFailed(error) from None
+            raise
 
     try:
         return boundary.guarded(invoked, args, checking,
@@ -534,6 +539,19 @@ def _outcome(args: list[str], checking: bool) -> int:
         return _usage_error(error.format_message(), args, None)
     except typer.Abort:
         return ExitStatus.SIGNALLED + 2
+
+
+def _written_by_click(error: OSError) -> bool:
+    """Whether `error` was raised by click's echo (the help it prints), not by a command."""
+    from typer._click import utils
+
+    trace = error.__traceback__
+    while trace is not None:
+        frame = trace.tb_frame
+        if frame.f_code is utils.echo.__code__:
+            return True
+        trace = trace.tb_next
+    return False
 
 
 def _named_as_given(error: Exception) -> None:
