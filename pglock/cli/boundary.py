@@ -141,6 +141,8 @@ def privilege_named(error: Exception, args: list[str]) -> PglockError:
 
 
 _OPTION = re.compile(r"(--[a-z][a-z0-9-]*)(?=[: ])")
+# The variables not named PGLOCK_<OPTION>.
+_VARIABLES = {"--users": "PGLOCK_SERVE_USERS"}
 
 
 def variable_named(error: PglockError, args: list[str]) -> PglockError:
@@ -151,7 +153,7 @@ def variable_named(error: PglockError, args: list[str]) -> PglockError:
     if found is None:
         return error
     option = found.group(1)
-    variable = "PGLOCK_" + option[2:].upper().replace("-", "_")
+    variable = _VARIABLES.get(option, "PGLOCK_" + option[2:].upper().replace("-", "_"))
     own = args[: args.index("--")] if "--" in args else args
     if any(arg == option or arg.startswith(option + "=") for arg in own) or \
             not os.environ.get(variable):

@@ -328,6 +328,8 @@ def test_variables_are_read_like_options(pglock_cli: Pglock,
     ({"PGLOCK_TZ": " "}, (*RUN, "--schedule", "@daily"),
      "PGLOCK_TZ: ' ' is not a known time zone (examples: UTC, Europe/Berlin, "
      "America/New_York)"),
+    ({"PGLOCK_SERVE_USERS": "/nonexistent"}, ("serve",),
+     "PGLOCK_SERVE_USERS: cannot read '/nonexistent': No such file or directory"),
     # The option given on the command line is what the line names, the variable aside.
     ({"PGLOCK_TTL": "bogus"}, (*RUN, "--ttl=4s"), "--ttl: 4s is out of range (5s to 7d)"),
 ])
