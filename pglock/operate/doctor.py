@@ -151,7 +151,7 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
         named: tuple[platforms.Platform, str] | None = None
         if not target.embedded:
             try:
-                named = platforms.identify(_reported(conn))
+                named = platforms.identify(_reported(conn, timeout))
                 findings.append(_platform(named))
             except (psycopg.Error, DatabaseError) as error:
                 findings.append(Finding("platform", Level.WARN,
@@ -434,18 +434,29 @@ def _pooling(conn: psycopg.Connection[Any], conninfo: str, timeout: float,
     return Finding("pooling", Level.OK, "each connection keeps its own server session")
 
 
-def _reported(conn: psycopg.Connection[Any]) -> platforms.Reported:
+def _reported(conn: psycopg.Connection[Any], timeout: float) -> platforms.Reported:
     """What the server says of itself, for platforms.identify."""
     row = conn.execute(platforms.REPORTED, {
         "prefixes": [prefix + "%" for prefix in platforms.SETTING_PREFIXES],
         "roles": list(platforms.ROLES)}).fetchone()
     assert row is not None
     settings, roles, aurora = row
-    version = None
-    if aurora:
-        answer = conn.execute(platforms.AURORA_VERSION).fetchone()
-        version = None if answer is None else str(answer[0])
+    version = _aurora_version(conn, timeout) if aurora else None
     return platforms.Reported(version, frozenset(settings), frozenset(roles))
+
+
+def _aurora_version(conn: psycopg.Connection[Any], timeout: float) -> str:
+    """aurora_version()'s answer, shown safely; within --connect-timeout, as every other
+    wait of doctor's (a function of that name may be anyone's, and take any time)."""
+    try:
+        with conn.transaction():
+            conn.execute("SELECT set_config('statement_timeout', %s, true)",
+                         (f"{max(1, round(timeout * 1000))}ms",))
+            answer = conn.execute(platforms.AURORA_VERSION,
+                                  {"most": platforms.AURORA_SHOWN + 1}).fetchone()
+    except psycopg.errors.QueryCanceled:
+        return f"(no answer within {timeout:g}s)"
+    return platforms.aurora_answer(None if answer is None else answer[0])
 
 
 def _platform(found: tuple[platforms.Platform, str] | None) -> Finding:
