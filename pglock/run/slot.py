@@ -645,6 +645,8 @@ class Slot:
         def renewed(lost_at: float) -> None:
             if watchdog is not None:
                 watchdog.extend(watchdogs_turn(lost_at, heartbeat.margin))
+            else:
+                child.watchdog.resume()
 
         heartbeat = Heartbeat(keeping.renewer(self.session, self.claim),
                               acquired_sent_at=self.sent, kill_after=self.options.kill_after,
