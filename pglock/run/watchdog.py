@@ -22,8 +22,9 @@ whatever happens to pglock, the command cannot run on unlocked:
 The command is asked to die with the watchdog (PR_SET_PDEATHSIG), and pglock stays a
 subreaper too, so a watchdog killed on its own takes the command along and leaves
 pglock its orphans, which pglock stops (supervise.Supervision._guarded). A watchdog
-stopped on its own is continued by pglock at each renewal (Watchdog.resume). Only pglock and its watchdog SIGKILLed together can leave orphans of
-the command to init (docs/lease.md, "The command's process tree").
+stopped on its own is continued by pglock at each renewal (Watchdog.resume). Only pglock
+and its watchdog SIGKILLed together can leave orphans of the command to init
+(docs/lease.md, "The command's process tree").
 
 With --leave-descendants the watchdog is no subreaper: once the command's own process has
 exited, what it left is on its own, and on pglock's death only that process is killed
