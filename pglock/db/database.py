@@ -315,3 +315,10 @@ def opened(target: Target) -> Iterator[str]:
         yield conninfo
     finally:
         server.leave()
+        if server.no_reaper is not None:
+            # Said once per host: the README's warm linger silently gone, every run paying
+            # a server start, is what the operator would otherwise never learn.
+            logging.getLogger("pglock").warning(
+                "the embedded server's linger is off: its reaper could not be started "
+                "(%s), so the server stops with its last user and each command starts it "
+                "again; said once", server.no_reaper)
