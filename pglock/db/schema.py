@@ -176,12 +176,17 @@ SELECT array(SELECT c.relname::text FROM pg_class c
 """
 
 
+def tables(conn: psycopg.Connection[Any], schema: str) -> list[str]:
+    """A few of the schema's tables (and views) by name; none: it is empty, or missing."""
+    row = conn.execute(_RELATIONS, (schema,)).fetchone()
+    return list(row[0]) if row else []
+
+
 def refuse_foreign(conn: psycopg.Connection[Any], schema: str) -> None:
     """A schema without pglock's version record is pglock's to create in only while it
     holds no table: one that holds someone else's (a `locks` of their own) would be read
     as an empty pglock schema (status, check OK - 0 jobs), and `run` would fail on it."""
-    row = conn.execute(_RELATIONS, (schema,)).fetchone()
-    names = row[0] if row else []
+    names = tables(conn, schema)
     if names:
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         raise SchemaError(f"schema {schema!r} holds tables that are not pglock's ({shown}) "

@@ -132,6 +132,7 @@ WHERE name IN ('idle_session_timeout', 'statement_timeout', 'lock_timeout')
 ORDER BY name
 """
 BACKEND_PID = "SELECT pg_backend_pid()"
+CAN_CREATE_IN = "SELECT has_schema_privilege(%(schema)s, 'CREATE')"
 
 
 def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
@@ -349,10 +350,23 @@ def _schema_state(conn: psycopg.Connection[Any], name: str) -> Finding | int:
                        f"{database.first_line(error)}",
                        "`pglock init --print-grants --runner-role ROLE` (or --reader-role), "
                        "run by the schema's owner (docs/security.md)")
+    if row is None and not (found := schema.tables(conn, name)):
+        # Made empty for pglock (a DBA's CREATE SCHEMA): its first run creates the tables.
+        created = conn.execute(CAN_CREATE_IN, {"schema": name}).fetchone()
+        if created and created[0]:
+            return Finding("schema", Level.OK, f"schema {name!r} is empty; the first run "
+                           f"creates pglock's tables in it (version {schema.VERSION})")
+        return Finding("schema", Level.FAIL,
+                       f"schema {name!r} is empty and this role may not create in it",
+                       "a DBA applies `pglock init --print-sql`, then "
+                       "`pglock init --print-grants --runner-role ROLE` (docs/security.md)")
     if row is None:
-        return Finding("schema", Level.FAIL, f"schema {name!r} exists but holds no pglock tables",
-                       "another application's schema? choose another --schema, or apply "
-                       "`pglock init --print-sql`")
+        return Finding("schema", Level.FAIL,
+                       f"schema {name!r} holds tables that are not pglock's "
+                       f"({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}), which "
+                       "every pglock command refuses",
+                       "give pglock a schema of its own (--schema, PGLOCK_SCHEMA, or schema "
+                       "in the config file)")
     if row[0] > schema.VERSION:
         return Finding("schema", Level.FAIL,
                        f"schema {name!r} is version {row[0]}, newer than this pglock "

@@ -19,6 +19,7 @@ from replication import Pair
 
 from operate.test_roles import roles  # noqa: F401 (a fixture)
 from pglock.cli import app as cli
+from pglock.db import schema
 
 FAKETIME = shutil.which("faketime")
 
@@ -282,3 +283,21 @@ def test_aurora_version_is_bounded_by_the_connect_timeout(env: Env) -> None:
         assert took < 20, took
     finally:
         env.query(f'DROP SCHEMA "{fake}" CASCADE')
+
+
+def test_a_schema_made_empty_for_pglock_is_ok_one_of_another_application_fails(
+        env: Env) -> None:
+    """As run now reads them (issue 46, D22): an empty schema is one the first run fills;
+    one holding someone else's tables and no version record is refused by every command,
+    and doctor names its tables (it said "holds no pglock tables" of both)."""
+    env.query("CREATE SCHEMA {schema}")
+    _, found = doctor(env)
+    assert (found["schema"]["status"], found["schema"]["detail"]) == (
+        "ok", f"schema {env.schema!r} is empty; the first run creates pglock's tables in it "
+              f"(version {schema.VERSION})")
+    env.query("CREATE TABLE {schema}.locks (id int)")
+    code, found = doctor(env)
+    assert code == 2
+    assert found["schema"]["detail"] == (
+        f"schema {env.schema!r} holds tables that are not pglock's (locks), which every "
+        "pglock command refuses")
