@@ -44,7 +44,8 @@ class ExitStatus(enum.IntEnum):
     TIMED_OUT = (124, "the command was stopped by --max-runtime, as timeout(1) does", RUN)
     INTERNAL = (125, "pglock itself failed: database unreachable, a schema it cannot use, "
                      "bad configuration, lock lost (or found cleared or taken over when "
-                     "released), output that cannot be written", EVERY)
+                     "released), output that cannot be written; for run, a slot ahead of "
+                     "the database's clock (this host's clock runs fast)", EVERY)
     CANNOT_EXECUTE = (126, "the command exists but could not be executed", RUN)
     NOT_FOUND = (127, "the command was not found", RUN)
     # 128+N: the signal's number is added, as a shell reports a process it killed.

@@ -109,6 +109,9 @@ def systemd(
 
     if prune and directory is None:
         raise UsageError("--prune: needs --dir (it removes units from that directory)")
+    if directory is not None and not directory.strip():
+        # Path("") is the current directory: the units would land wherever pglock was run.
+        raise UsageError("--dir: an empty path; name the directory (/etc/systemd/system)")
     path, jobs = _jobs_file()
     units = core.units(path, jobs, cron.program(), datetime.now(UTC), user)
     if directory is None:

@@ -47,7 +47,11 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
     """Worst first: what is stale, failed or overdue heads the table."""
     screen = Screen(header("status", place, schema, report.now))
     if not report.jobs and not report.unlisted:
-        screen.parts.append("no job has run here yet")
+        # A typo'd --schema looks like a quiet fleet: say which it is.
+        screen.parts.append(f"no job has run here yet: schema {escaped(schema)!r} has no "
+                            "pglock tables (a job's first run creates them; is --schema or "
+                            "PGLOCK_SCHEMA right?)" if report.schema_missing
+                            else "no job has run here yet")
         return screen
     if report.jobs:
         grid = Grid(STATUS_HEADERS, styled_column=1, optional=STATUS_OPTIONAL, whole="JOB")

@@ -43,6 +43,10 @@ def start(values: dict[str, Any], from_environment: Collection[str],
     from pglock.run.slot import execute
     from pglock.settings import config
 
+    if "window" in from_environment and not values["window"]:
+        # PGLOCK_WINDOW of blanks and separators alone: unset, as an empty one is to click
+        # (the jobs file's windows apply).
+        from_environment, defaulted = set(from_environment) - {"window"}, {*defaulted, "window"}
     v = resolved(values, from_environment, defaulted)
     boundary.configure_output(v["verbose"], v["quiet"])
     options = run_options(v)

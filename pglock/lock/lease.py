@@ -25,7 +25,7 @@ import psycopg
 
 from pglock.db import schema
 from pglock.db.schema import query
-from pglock.errors import DatabaseError, SchemaError
+from pglock.errors import DatabaseError, PglockError, SchemaError
 from pglock.lock import ledger
 
 # Each step is one call of a function of the schema (db/sql/functions.sql): one
@@ -168,6 +168,32 @@ class Claim:
                 "windows": self.windows, "late": self.late, **extra}
 
 
+# How far ahead of the database's clock a trigger's slot may be (acquire's SLOT_AHEAD
+# refusal, in functions.sql: the same figure): a host's clock that NTP keeps is within it
+# (doctor warns from 2 s), and it is a fraction of cron's shortest interval.
+AHEAD_ALLOWED = timedelta(seconds=60)
+SLOT_AHEAD = "PGL01"
+
+
+class SlotAhead(PglockError):
+    """The trigger's slot is ahead of the database's clock: this host's clock runs fast.
+    Nothing was taken or recorded; the slot's own trigger (on a host whose clock is right,
+    or this one once its clock is) runs it in its time."""
+
+    def __init__(self, lease: Claim, ahead: str | None) -> None:
+        from pglock.settings.durations import format_duration
+
+        try:
+            seconds = float(ahead or "nan")
+        except ValueError:
+            seconds = float("nan")
+        by = format_duration(float(int(seconds))) if seconds == seconds else "more than 1m"
+        slot = lease.slot.isoformat() if lease.slot is not None else "?"
+        super().__init__(f"job {lease.job!r}: slot {slot} not run: it is {by} ahead of the "
+                         f"database's clock (this host's clock runs at least {by} fast; is "
+                         "NTP running?)")
+
+
 class Attempt(enum.Enum):
     """What one try for the lock came to."""
 
@@ -251,6 +277,10 @@ def _acquire(conn: psycopg.Connection[Any], lease: Claim,
         # check (the slot's CHECK, the unique attempt): nothing was taken.
         return (schema.VERSION, True, True, False, None, None, None, None, None, None, None,
                 None, False, None, None, None)
+    except psycopg.Error as error:
+        if error.sqlstate == SLOT_AHEAD:
+            raise SlotAhead(lease, error.diag.message_detail) from None
+        raise
     assert row is not None
     return tuple(row)
 
@@ -337,17 +367,6 @@ def held_by(conn: psycopg.Connection[Any], schema: str, job: str, holder_id: str
     row = conn.execute(query(HELD_BY, schema), {
         "job": job, "holder_id": holder_id, "fencing_token": fencing_token}).fetchone()
     return row is not None and bool(row[0])
-
-
-# The database's clock, by which a catch-up judges the slots the host's clock proposes.
-DATABASE_NOW = "SELECT clock_timestamp()"
-
-
-def database_now(conn: psycopg.Connection[Any]) -> datetime:
-    """The database's clock now."""
-    row = conn.execute(DATABASE_NOW).fetchone()
-    assert row is not None
-    return row[0]  # type: ignore[no-any-return]
 
 
 def catch_up(conn: psycopg.Connection[Any], lease: Claim, slots: list[datetime], retries: int,

@@ -138,6 +138,7 @@ WHERE name IN ('idle_session_timeout', 'statement_timeout', 'lock_timeout')
 ORDER BY name
 """
 BACKEND_PID = "SELECT pg_backend_pid()"
+CAN_CREATE_IN = "SELECT has_schema_privilege(%(schema)s, 'CREATE')"
 
 
 def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
@@ -157,7 +158,7 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
         named: tuple[platforms.Platform, str] | None = None
         if not target.embedded:
             try:
-                named = platforms.identify(_reported(conn))
+                named = platforms.identify(_reported(conn, timeout))
                 findings.append(_platform(named))
             except (psycopg.Error, DatabaseError) as error:
                 findings.append(Finding("platform", Level.WARN,
@@ -356,10 +357,23 @@ def _schema_state(conn: psycopg.Connection[Any], name: str) -> Finding | int:
                        f"{database.first_line(error)}",
                        "`pglock init --print-grants --runner-role ROLE` (or --reader-role), "
                        "run by the schema's owner (docs/security.md)")
+    if row is None and not (found := schema.tables(conn, name)):
+        # Made empty for pglock (a DBA's CREATE SCHEMA): its first run creates the tables.
+        created = conn.execute(CAN_CREATE_IN, {"schema": name}).fetchone()
+        if created and created[0]:
+            return Finding("schema", Level.OK, f"schema {name!r} is empty; the first run "
+                           f"creates pglock's tables in it (version {schema.VERSION})")
+        return Finding("schema", Level.FAIL,
+                       f"schema {name!r} is empty and this role may not create in it",
+                       "a DBA applies `pglock init --print-sql`, then "
+                       "`pglock init --print-grants --runner-role ROLE` (docs/security.md)")
     if row is None:
-        return Finding("schema", Level.FAIL, f"schema {name!r} exists but holds no pglock tables",
-                       "another application's schema? choose another --schema, or apply "
-                       "`pglock init --print-sql`")
+        return Finding("schema", Level.FAIL,
+                       f"schema {name!r} holds tables that are not pglock's "
+                       f"({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}), which "
+                       "every pglock command refuses",
+                       "give pglock a schema of its own (--schema, PGLOCK_SCHEMA, or schema "
+                       "in the config file)")
     if row[0] > schema.VERSION:
         return Finding("schema", Level.FAIL,
                        f"schema {name!r} is version {row[0]}, newer than this pglock "
@@ -460,18 +474,29 @@ def _pooling(conn: psycopg.Connection[Any], conninfo: str, timeout: float,
     return Finding("pooling", Level.OK, "each connection keeps its own server session")
 
 
-def _reported(conn: psycopg.Connection[Any]) -> platforms.Reported:
+def _reported(conn: psycopg.Connection[Any], timeout: float) -> platforms.Reported:
     """What the server says of itself, for platforms.identify."""
     row = conn.execute(platforms.REPORTED, {
         "prefixes": [prefix + "%" for prefix in platforms.SETTING_PREFIXES],
         "roles": list(platforms.ROLES)}).fetchone()
     assert row is not None
     settings, roles, aurora = row
-    version = None
-    if aurora:
-        answer = conn.execute(platforms.AURORA_VERSION).fetchone()
-        version = None if answer is None else str(answer[0])
+    version = _aurora_version(conn, timeout) if aurora else None
     return platforms.Reported(version, frozenset(settings), frozenset(roles))
+
+
+def _aurora_version(conn: psycopg.Connection[Any], timeout: float) -> str:
+    """aurora_version()'s answer, shown safely; within --connect-timeout, as every other
+    wait of doctor's (a function of that name may be anyone's, and take any time)."""
+    try:
+        with conn.transaction():
+            conn.execute("SELECT set_config('statement_timeout', %s, true)",
+                         (f"{max(1, round(timeout * 1000))}ms",))
+            answer = conn.execute(platforms.AURORA_VERSION,
+                                  {"most": platforms.AURORA_SHOWN + 1}).fetchone()
+    except psycopg.errors.QueryCanceled:
+        return f"(no answer within {timeout:g}s)"
+    return platforms.aurora_answer(None if answer is None else answer[0])
 
 
 def _platform(found: tuple[platforms.Platform, str] | None) -> Finding:

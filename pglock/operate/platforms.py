@@ -88,7 +88,22 @@ SELECT array(SELECT name FROM pg_settings WHERE name LIKE ANY(%(prefixes)s) ORDE
        array(SELECT rolname::text FROM pg_roles WHERE rolname = ANY(%(roles)s) ORDER BY 1),
        to_regproc('aurora_version') IS NOT NULL
 """
-AURORA_VERSION = "SELECT aurora_version()"
+# aurora_version()'s answer as doctor shows it: Aurora's are short (16.4.2); a function of
+# that name elsewhere may answer anything, which is cut here and shown escaped.
+AURORA_SHOWN = 60
+AURORA_VERSION = "SELECT left(aurora_version()::text, %(most)s)"
+
+
+def aurora_answer(value: object) -> str:
+    """aurora_version()'s answer as a clue: one line, printable, at most AURORA_SHOWN
+    characters; NULL as NULL."""
+    from pglock.settings.text import escaped
+
+    if value is None:
+        return "NULL"
+    text = str(value)
+    cut = text[:AURORA_SHOWN] + ("..." if len(text) > AURORA_SHOWN else "")
+    return escaped(cut)
 
 
 def identify(reported: Reported) -> tuple[Platform, str] | None:

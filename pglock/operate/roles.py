@@ -17,14 +17,19 @@ from psycopg import sql
 from pglock.db.schema import query
 from pglock.errors import OPERATOR, READER, RUNNER
 
-# Every column of `locks` but holder_id: with a holder id, the functions renew or release
-# that holder's lock.
+# The columns of `locks` no runner or reader reads: holder_id (with a holder id, the
+# functions renew or release that holder's lock) and incarnation (the server lifetime an
+# advisory row was stamped in, which only acquire compares). docs/security.md names them;
+# tests/operate/test_roles.py checks that these and LOCK_COLUMNS are every column.
+WITHHELD_LOCK_COLUMNS = ("holder_id", "incarnation")
+# Every other column of `locks`.
 LOCK_COLUMNS = ("job, mode, holder, holder_pid, fencing_token, ttl, acquired_at, renewed_at, "
                 "expires_at, released_at, backend_pid, cleared_at, cleared_by, "
                 "stop_requested_at, stop_requested_by, stop_reason, timeline, stops_by, "
                 "longest_ttl")
 
-# Every column of `seats` (a semaphore's, --limit) but holder_id, for the same reason.
+# Every column of `seats` (a semaphore's, --limit) but these, for the same reason.
+WITHHELD_SEAT_COLUMNS = ("holder_id",)
 SEAT_COLUMNS = ("job, seat, seat_limit, mode, holder, holder_pid, fencing_token, ttl, "
                 "acquired_at, renewed_at, expires_at, released_at, cleared_at, cleared_by, "
                 "stop_requested_at, stop_requested_by, stop_reason, timeline, longest_ttl")

@@ -36,6 +36,8 @@ _SOURCE = "# Jobs file: "
 PREFIX = "pglock-"
 # systemd's UNIT_NAME_MAX (256 with the NUL).
 UNIT_NAME_MAX = 255
+# Zones that count leap seconds: systemd applies them, pglock does not (leap_refusal).
+LEAP_ZONES = ("right/",)
 # systemd's calendar ends with the year 2199: its last elapse is before this.
 CALENDAR_END = datetime(2200, 1, 1, tzinfo=UTC)
 SKIP_CODE = 75
@@ -292,8 +294,8 @@ def units(path: Path, jobs: Sequence[ConfiguredJob], pglock: str, now: datetime,
           user: str | None = None) -> list[Unit]:
     """The .service and .timer of every scheduled job of `path`; UsageError names the
     first job that has none (its name, its schedule) before anything is written."""
-    check_user(user)
-    config = one_line(str(path.absolute()), "the config file's path", "a unit file")
+    check_user(user, uid=True)
+    config = one_line(spelled(path), "the config file's path", "a unit file")
     pglock = one_line(pglock, "pglock's path", "a unit file")
     written: list[Unit] = []
     bases: dict[str, str] = {}
@@ -309,6 +311,8 @@ def units(path: Path, jobs: Sequence[ConfiguredJob], pglock: str, now: datetime,
             plan = schedules.parse(job.schedule, job.tz, zone_source="tz")
         except UsageError as error:
             raise UsageError(f"{table_name(job.name)}: {error}") from None
+        if plan.zone.startswith(LEAP_ZONES):
+            raise UsageError(f"{table_name(job.name)}: {leap_refusal(plan.zone, job.tz)}")
         found = translate(plan, job.tz, now)
         if found.refused is not None:
             raise UsageError(f"{table_name(job.name)}: {found.refused}")
@@ -340,6 +344,30 @@ def units(path: Path, jobs: Sequence[ConfiguredJob], pglock: str, now: datetime,
     return written
 
 
+def leap_refusal(zone: str, tz: str | None) -> str:
+    """Why a zone that counts leap seconds (`right/...`) has no timer: systemd reads it
+    through the C library, which counts them (27 s since 1972), and pglock, as cron's
+    Python reader, does not: every elapse would come that much after pglock's slot."""
+    where = "its tz" if tz else "the host's zone (no tz)"
+    plain = zone.removeprefix("right/")
+    return (f"{where} {zone!r} counts leap seconds: a timer would fire about 27 s after "
+            f"each of pglock's slots; give the job tz = {plain!r}")
+
+
+def spelled(path: Path) -> str:
+    """The jobs file's path as a unit names it: absolute and without `.`, `..` or `//`
+    (PGLOCK_CONFIG=../w/jobs.toml), unless that would name another file (a symbolic link
+    before a `..`): --prune then finds the units of any spelling of it."""
+    given = path.absolute()
+    normal = Path(os.path.normpath(given))
+    try:
+        if normal != given and os.path.samefile(normal, given):
+            return str(normal)
+    except OSError:
+        pass
+    return str(given)
+
+
 def printed(written: Sequence[Unit]) -> str:
     """The units as `pglock systemd` prints them without --dir: each after a header."""
     return "\n".join(f"# ==> {unit.name} <==\n{unit.text}" for unit in written)
@@ -354,7 +382,14 @@ def ours(path: Path, config: str | None = None) -> bool:
         return False
     if first.rstrip("\n") != MARKER:
         return False
-    return config is None or second.rstrip("\n") == f"{_SOURCE}{config}"
+    if config is None or second.rstrip("\n") == f"{_SOURCE}{config}":
+        return True
+    # Written under another spelling of the jobs file's path (a relative one, a link).
+    source = second.rstrip("\n").removeprefix(_SOURCE)
+    try:
+        return second.startswith(_SOURCE) and os.path.samefile(source, config)
+    except OSError:
+        return False
 
 
 def install(directory: Path, written: Sequence[Unit], config: Path, prune: bool) -> list[str]:
@@ -363,7 +398,7 @@ def install(directory: Path, written: Sequence[Unit], config: Path, prune: bool)
     wrote for this jobs file whose jobs are gone. The names removed."""
     if not directory.is_dir():
         raise UsageError(f"--dir: {shown(str(directory))!r} is not a directory")
-    source = str(config.absolute())
+    source = spelled(config)
     for unit in written:
         target = directory / unit.name
         if (target.exists() or target.is_symlink()) and not ours(target):

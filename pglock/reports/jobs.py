@@ -481,6 +481,8 @@ class Snapshot:
     unlisted: int = 0
     # The job asked for, not found because `pglock forget` forgot it: when.
     forgotten: datetime | None = None
+    # The schema has no pglock tables (none created yet, or a typo'd --schema).
+    schema_missing: bool = False
 
     def unknown(self, job: str, schema_name: str | None = None) -> str:
         """Why the job asked for is not in the snapshot, in one line."""
@@ -501,7 +503,7 @@ def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None
         if not schema.readable(conn, schema_name):
             row = conn.execute("SELECT now()").fetchone()
             assert row is not None
-            return Snapshot(row[0], [])
+            return Snapshot(row[0], [], schema_missing=True)
         # Binary rows: with 10,000 jobs, parsing timestamps from text is most of the cost.
         cursor = conn.cursor(binary=True)
         rows = cursor.execute(schema.query(JOBS, schema_name), {

@@ -34,6 +34,8 @@ class Status:
     actions: list[history.Action] = field(default_factory=list)
     # Idle jobs left out of `jobs` (the default view of a large fleet).
     unlisted: int = 0
+    # The schema has no pglock tables yet (or --schema names another).
+    schema_missing: bool = False
 
 
 def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None, *,
@@ -50,7 +52,8 @@ def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None
             filters = history.Filters(job=job, limit=RECENT_RUNS)
             runs = history.recent(conn, schema_name, filters)
             actions = history.actions(conn, schema_name, filters)
-    return Status(snapshot.now, snapshot.jobs, runs, job, actions, snapshot.unlisted)
+    return Status(snapshot.now, snapshot.jobs, runs, job, actions, snapshot.unlisted,
+                  snapshot.schema_missing)
 
 
 def one(conn: psycopg.Connection[Any], schema_name: str, job: str) -> Job | None:

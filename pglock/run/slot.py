@@ -373,9 +373,9 @@ class Slot:
         assert own is not None
         planned = catchup.plan(self.options, self.claim, own.schedule)
         with database.translated(f"cannot record the catch-up of job {self.claim.job!r}"):
+            # No slot of it is ahead of the database's clock: the acquire refused the
+            # trigger's own slot if it was (lease.SlotAhead), and these come before it.
             conn = self.session.get()
-            if planned.run:
-                planned = catchup.not_ahead(planned, lease.database_now(conn), self.claim.job)
             if not lease.catch_up(conn, self.claim, planned.run,
                                   self.options.retries, planned.given_up):
                 log.warning("job %r: the lock was lost before the catch-up started",
@@ -723,6 +723,8 @@ class Slot:
         def renewed(lost_at: float) -> None:
             if watchdog is not None:
                 watchdog.extend(watchdogs_turn(lost_at, heartbeat.margin))
+            else:
+                child.watchdog.resume()
 
         heartbeat = Heartbeat(keeping.renewer(self.session, self.claim),
                               acquired_sent_at=self.sent, kill_after=self.options.kill_after,

@@ -171,6 +171,9 @@ class Supervision:
     lost: str | None = None
     timed_out: bool = False
     stopped: str | None = None
+    # The watchdog was killed on its own while the command's tree ran: what is left of it
+    # is stopped (nothing would stop it should pglock die next).
+    unguarded: bool = False
     kill_at: float | None = None
     # Told the SIGKILL time when the lock is lost and the command gets its SIGTERM from
     # here (the watchdog then need not send one of its own).
@@ -193,12 +196,13 @@ class Supervision:
             selector.unregister(exit_fd)
             # The lock is held until whatever the command left running has exited too.
             while self.child.lingering():
+                self._guarded(clock.now())
                 self._pause(selector, longest=LINGER_POLL)
         finally:
             selector.close()
             os.close(exit_fd)
             terminal.take_back(self.gate.terminal, self.child.pid)
-        if self.lost or self.timed_out or self.stopped:
+        if self.lost or self.timed_out or self.stopped or self.unguarded:
             # The leader is gone; nothing else of the group may go on working unlocked.
             self.child.signal_family(signal.SIGKILL)
         return returncode
@@ -249,6 +253,14 @@ class Supervision:
             self.child.signal_family(signal.SIGKILL)
             self.kill_at = float("inf")
 
+    def _guarded(self, now: float) -> None:
+        """The watchdog killed on its own (`kill -9` of its pid): the command's own process
+        died with it, and what it left, reparented to pglock, would run unguarded (a
+        SIGKILL of pglock next would leave it to init): it is stopped, as a lost lock's."""
+        if not self.unguarded and not self.child.watchdog.alive():
+            self.unguarded = True
+            self._stop(now, self.kill_after)
+
     def _stop(self, now: float, grace: float) -> None:
         if self.kill_at is None or self.kill_at == float("inf"):
             self.child.signal_family(signal.SIGTERM)
@@ -279,6 +291,10 @@ class Supervision:
         if self.timed_out:
             return RunResult(Outcome.TIMED_OUT, status, duration, signum,
                              "stopped by --max-runtime"), ExitStatus.TIMED_OUT
+        if self.unguarded:
+            return RunResult(Outcome.KILLED, status, duration, signum or signal.SIGKILL,
+                             "its watchdog was killed: the command died with it, and what it "
+                             "left running was stopped"), status
         if self.gate.stop_signal is not None or signum is not None:
             return RunResult(Outcome.KILLED, status, duration, signum or self.gate.stop_signal,
                              None), status

@@ -21,8 +21,10 @@ whatever happens to pglock, the command cannot run on unlocked:
 
 The command is asked to die with the watchdog (PR_SET_PDEATHSIG), and pglock stays a
 subreaper too, so a watchdog killed on its own takes the command along and leaves
-pglock its orphans. Only pglock and its watchdog SIGKILLed together can leave orphans of
-the command to init (docs/lease.md, "The command's process tree").
+pglock its orphans, which pglock stops (supervise.Supervision._guarded). A watchdog
+stopped on its own is continued by pglock at each renewal (Watchdog.resume). Only pglock
+and its watchdog SIGKILLed together can leave orphans of the command to init
+(docs/lease.md, "The command's process tree").
 
 With --leave-descendants the watchdog is no subreaper: once the command's own process has
 exited, what it left is on its own, and on pglock's death only that process is killed
@@ -41,6 +43,7 @@ import select
 import signal
 import struct
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
 from typing import NamedTuple
 
@@ -98,6 +101,10 @@ class Watchdog:
         os.set_blocking(self._control_w, False)
         self.reports = report_r
         self._unread = b""
+        # Held while the watchdog is signalled, and while it is reaped: a pid signalled is
+        # always still ours (a reaped one may be another process's).
+        self._reaping = threading.Lock()
+        self._reaped = False
         self.ended: int | None = None
         # The signal that stopped the command, told and not yet taken (stopped()).
         self.stop: int | None = None
@@ -164,6 +171,28 @@ class Watchdog:
     def extend(self, deadline: float) -> None:
         """A renewal succeeded: the new deadline (on the shared boot-time clock)."""
         self._send(b"D", deadline)
+        self.resume()
+
+    def resume(self) -> None:
+        """Continue the watchdog should it be stopped on its own (`kill -STOP` of its pid:
+        no terminal's stop reaches its group). Stopped, it neither reaps the command nor
+        tells its exit, and pglock would hold the lock for a command long gone; sent at
+        each renewal, after the new deadline, which it then reads first."""
+        with self._reaping:
+            if not self._reaped:
+                with contextlib.suppress(OSError):
+                    os.kill(self.pid, signal.SIGCONT)
+
+    def alive(self) -> bool:
+        """Whether the watchdog still runs (not killed on its own); it is not reaped."""
+        with self._reaping:
+            if self._reaped:
+                return False
+            try:
+                return os.waitid(os.P_PID, self.pid,
+                                 os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+            except ChildProcessError:
+                return False
 
     def terminated(self, kill_deadline: float) -> None:
         """pglock sent the SIGTERM itself: from now on only SIGKILL, at `kill_deadline`."""
@@ -174,6 +203,8 @@ class Watchdog:
         stop the command."""
         self._send(b"Z", 0.0)
         os.close(self._control_w)
+        with self._reaping:
+            self._reaped = True
         _, status = os.waitpid(self.pid, 0)
         os.close(self.reports)
         return os.waitstatus_to_exitcode(status) == _FIRED
@@ -248,6 +279,7 @@ class _Watch:
         self.kill_at = float("inf")
         self.fired = False
         self.waiting = True  # the command's exit not yet told
+        self.pending = b""  # a record of pglock's read in part
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         os.set_blocking(wake_r, False)
@@ -271,10 +303,16 @@ class _Watch:
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
     def run(self) -> int:
-        pending = b""
         while True:
             self.collect()
             now = clock.now()
+            if now >= self.deadline and select.select([self.control], [], [], 0)[0]:
+                # Continued after a stop of our own (SIGSTOP of this pid, a thawed VM), with
+                # pglock's renewals queued meanwhile: they come before a deadline they moved.
+                ended = self.hear()
+                if ended is not None:
+                    return ended
+                continue
             if now >= self.deadline:
                 # The SIGKILL is due a grace after the deadline, not after we noticed: a
                 # host thawed past it (its lock may be another's by now) kills at once, as
@@ -298,18 +336,25 @@ class _Watch:
                     os.read(self.wake, 512)
             if self.control not in readable:
                 continue
-            data = os.read(self.control, 4096)
-            if not data:
-                # pglock is gone without standing us down: nothing of the tree may go on.
-                self.kill_tree()
+            ended = self.hear()
+            if ended is not None:
+                return ended
+
+    def hear(self) -> int | None:
+        """Read what pglock said; the exit code once it stood us down or is gone."""
+        data = os.read(self.control, 4096)
+        if not data:
+            # pglock is gone without standing us down: nothing of the tree may go on.
+            self.kill_tree()
+            return _FIRED if self.fired else 0
+        self.pending += data
+        whole = len(self.pending) - len(self.pending) % _RECORD.size
+        records, self.pending = self.pending[:whole], self.pending[whole:]
+        for kind, value in _RECORD.iter_unpack(records):
+            if kind == b"Z":
                 return _FIRED if self.fired else 0
-            pending += data
-            whole = len(pending) - len(pending) % _RECORD.size
-            records, pending = pending[:whole], pending[whole:]
-            for kind, value in _RECORD.iter_unpack(records):
-                if kind == b"Z":
-                    return _FIRED if self.fired else 0
-                self.told(kind, value)
+            self.told(kind, value)
+        return None
 
     def told(self, kind: bytes, value: float) -> None:
         if kind == b"D" and self.kill_at == float("inf") and not self.fired:

@@ -91,7 +91,13 @@ def _named(given: list[str] | None) -> frozenset[str]:
         name = text.strip().lower()
         if not name or not all(c.isascii() and (c.isalnum() or c in "-._:[]") for c in name):
             raise UsageError(f"--allowed-host: {shown(text)!r} is not a host name")
-        names.add(name.removeprefix("[").removesuffix("]"))
+        bare, port = _port_aside(name)
+        if port:
+            # The request's port is set aside before the comparison: a name with one would
+            # never match, and every request through it would be refused (421).
+            raise UsageError(f"--allowed-host: {shown(text)!r} names a port; give the host "
+                             f"alone ({bare}): the port a request names is not compared")
+        names.add(bare)
     return frozenset(names)
 
 
@@ -106,6 +112,18 @@ def _hosts(named: frozenset[str], host: str | None) -> frozenset[str] | None:
         if loopback(host):
             names.update(("localhost", "127.0.0.1", "::1"))
     return frozenset(names) or None
+
+
+def _port_aside(name: str) -> tuple[str, str]:
+    """A Host header's name and port (`[::1]:8434`, `example.com:8434`; an IPv6 address
+    without brackets has no port)."""
+    if name.startswith("["):
+        inner, _, rest = name[1:].partition("]")
+        return inner, rest.removeprefix(":")
+    if name.count(":") == 1:
+        bare, _, port = name.partition(":")
+        return bare, port
+    return name, ""
 
 
 def loopback(host: str) -> bool:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import unicodedata
 from pathlib import Path
 from typing import NamedTuple
@@ -22,6 +23,9 @@ CONFIG_KEYS: dict[str, type] = {"dsn": str, "schema": str, "embedded": bool,
 # A config file larger than this is not one (PGLOCK_CONFIG=/dev/zero would be read until
 # memory ran out): a jobs file of 10,000 jobs is well under it.
 CONFIG_LIMIT = 4 << 20
+# How long a config file that is a FIFO may take to be written whole (a shell's <(...)
+# takes a moment; one that nothing writes to never ends).
+FIFO_WAIT = 5.0
 # Schemas that are PostgreSQL's own: pglock's tables and functions would land among the
 # catalog's, or in the schema every role may create in.
 FOREIGN_SCHEMAS = ("public", "information_schema")
@@ -57,6 +61,8 @@ def config_paths() -> list[Path]:
 # schema and its DSN, and parses it once (a changed file, or PGLOCK_CONFIG pointed
 # elsewhere, is parsed afresh; reading it again costs far less than parsing it).
 _parsed: dict[tuple[str, bytes], dict[str, object]] = {}
+# What a config file that is a FIFO gave, by path: it can be read only once.
+_fifos: dict[str, bytes] = {}
 
 
 def read_config_file() -> tuple[Path | None, dict[str, object]]:
@@ -66,8 +72,7 @@ def read_config_file() -> tuple[Path | None, dict[str, object]]:
     paths = config_paths()
     for path in paths:
         try:
-            with path.open("rb") as file:
-                data = file.read(CONFIG_LIMIT + 1)
+            data = _read(path)
         except FileNotFoundError:
             continue
         except OSError as error:
@@ -83,6 +88,44 @@ def read_config_file() -> tuple[Path | None, dict[str, object]]:
         raise ConfigError(f"config file {shown(paths[0].as_posix())} (PGLOCK_CONFIG) does not "
                           "exist")
     return None, {}
+
+
+def _read(path: Path) -> bytes:
+    """The file's first CONFIG_LIMIT + 1 bytes. A FIFO (or a pipe, as a shell's <(...)
+    gives) is read until its writer closes it, for up to FIFO_WAIT: one nobody writes
+    would otherwise hold every pglock command forever at its open."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.set_blocking(fd, True)
+            with os.fdopen(os.dup(fd), "rb") as file:
+                return file.read(CONFIG_LIMIT + 1)
+        # Read once: a command reads its config file more than once, a FIFO gives it once.
+        if str(path) not in _fifos:
+            _fifos[str(path)] = _drained(fd, path)
+        return _fifos[str(path)]
+    finally:
+        os.close(fd)
+
+
+def _drained(fd: int, path: Path) -> bytes:
+    import select
+    import time
+
+    data, ends = b"", time.monotonic() + FIFO_WAIT
+    while len(data) <= CONFIG_LIMIT:
+        left = ends - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise ConfigError(f"config file {shown(str(path))}: a FIFO that nothing wrote "
+                              f"to the end within {FIFO_WAIT:g}s; not a config file")
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _parse(path: Path, data: bytes) -> dict[str, object]:
@@ -132,6 +175,9 @@ def _check_keys(path: Path, values: dict[str, object]) -> None:
 
 def resolve_target(dsn_option: str | None) -> Target:
     """The first DSN found wins: --dsn (or PGLOCK_DSN), config file, libpq variables."""
+    # An empty PGLOCK_CONFIG is refused whether or not the file would be read: `status`
+    # with PGLOCK_DSN and PGLOCK_SCHEMA set says what `run` of the same crontab says.
+    config_paths()
     if dsn_option is None and os.environ.get("PGLOCK_DSN") == "":
         # click reads an empty variable as unset; an empty DSN is still a mistake.
         dsn_option = ""

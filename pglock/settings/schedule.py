@@ -231,7 +231,9 @@ def zone_setting(tz_option: str | None, environ: Mapping[str, str]) -> tuple[str
     TZ as in cronie, where it sets the zone the crontab's fire times are read in (and is
     passed on to the commands, pglock among them) while TZ only sets theirs.
     """
-    if tz_option:
+    if tz_option is not None:
+        # An empty --tz (tz = "" in a jobs file) is refused by the zone's check, as in
+        # systemd and crontab: not the host's zone, which it would silently be.
         return tz_option, "--tz"
     cron_tz = environ.get("CRON_TZ", "").lstrip(":")
     if cron_tz:

@@ -244,6 +244,28 @@ def test_the_run_path_is_only_functions_and_public_cannot_call_them(env: Env) ->
         assert definer == (name not in helpers), name
 
 
+def test_the_columns_withheld_are_the_ones_docs_security_names(env: Env) -> None:
+    """docs/security.md says which columns of locks and seats a runner and a reader do not
+    read (generated from roles.WITHHELD_*: docs review L4); the grants and those names are
+    every column, so that a column a new version adds is granted or named, never lost."""
+    from pglock.operate import roles
+
+    assert env.run("init", "-q").returncode == 0
+    for table, granted, withheld in (
+            ("locks", roles.LOCK_COLUMNS, roles.WITHHELD_LOCK_COLUMNS),
+            ("seats", roles.SEAT_COLUMNS, roles.WITHHELD_SEAT_COLUMNS)):
+        columns = {row[0] for row in env.query(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = %s", (env.schema, table))}
+        named = {column.strip() for column in granted.split(",")}
+        assert not named & set(withheld), table
+        assert named | set(withheld) == columns, (table, columns - named - set(withheld))
+    tables = {row[0] for row in env.query(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+        (env.schema,))}
+    assert set(roles.READ_TABLES) == tables - {"locks", "seats"}
+
+
 # The command's side of docs/lease.md's fencing guard, on a connection of the role given
 # in argv[1]: the guard for its own claim, and a wrong token; then, with the guard's
 # transaction still open, the owner's UPDATE of the row (a takeover, a clear) must wait.

@@ -438,6 +438,15 @@ BEGIN
         RETURN NEXT;
         RETURN;
     END IF;
+    -- A slot more than a minute ahead of this server's clock (lease.AHEAD_ALLOWED): the
+    -- caller's clock runs fast, and the slot's time has not come. Nothing is taken nor
+    -- recorded (a recorded start would spend the slot before its time): the caller says
+    -- so, and the slot's own trigger runs it (docs/schedules.md, "The slot").
+    IF p_slot > clock_timestamp() + interval '60 seconds' THEN
+        RAISE EXCEPTION 'slot % is ahead of the database''s clock', p_slot
+            USING ERRCODE = 'PGL01',
+                  DETAIL = extract(epoch FROM p_slot - clock_timestamp())::text;
+    END IF;
     IF p_mode = 'advisory' THEN
         v_held := {schema}.session_holds(p_job);
         v_incarnation := {schema}.incarnation();

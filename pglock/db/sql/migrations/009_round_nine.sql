@@ -13,7 +13,9 @@
 --   session of a holder stopped past its horizon whose session lives on (evict());
 -- - a trigger refused by the wait alone learns how long it has left (acquire's new
 --   column), waits for it and tries once more; its run says it started late, and a slot
---   given up for it is recorded as missed, with the reason (below).
+--   given up for it is recorded as missed, with the reason (below);
+-- - acquire refuses a slot more than a minute ahead of the server's clock (a host whose
+--   clock runs fast), before it takes or records anything (issue 46, N-L12).
 
 -- The longest ttl granted for the job (or seat) on the timeline its row was last taken
 -- under: what the wait after the next promotion covers, whatever the ttl of the holder
