@@ -419,9 +419,9 @@ def test_a_watchdog_stopped_alone_holds_nothing_up(env: Env) -> None:
 THAW = """
 import os, signal, sys, time
 from pglock.lock import clock
-from pglock.run.watchdog import Watchdog
+from pglock.run.watchdog import Command, Watchdog
 
-watchdog = Watchdog(["sleep", "1"], dict(os.environ), None, True,
+watchdog = Watchdog(Command(["sleep", "1"], dict(os.environ)), True,
                     (float("inf"), clock.now() + 1.5, 0.5))
 os.kill(watchdog.pid, signal.SIGSTOP)
 while open(f"/proc/{watchdog.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":

@@ -15,7 +15,7 @@ from pglock.reports.dashboard import Bar, Day, Timeline
 from pglock.reports.history import RunRow
 from pglock.serve import charts
 from pglock.serve.auth import Auth, hash_password, verify
-from pglock.serve.command import _hosts, listen_address, loopback
+from pglock.serve.command import _hosts, _named, listen_address, loopback
 from pglock.serve.web import host_allowed
 
 PACKAGE = Path(__file__).resolve().parents[3] / "pglock"
@@ -95,13 +95,13 @@ def test_an_allowed_host_with_a_port_is_refused(given: str, bare: str) -> None:
     """The request's port is set aside before the comparison: a name with one never
     matched, and every request through it got 421 (issue 46, D19)."""
     with pytest.raises(UsageError) as raised:
-        _hosts([given], "127.0.0.1")
+        _named([given])
     assert str(raised.value) == (f"--allowed-host: {given!r} names a port; give the host "
                                  f"alone ({bare}): the port a request names is not compared")
 
 
 def test_allowed_hosts_without_a_port_are_taken() -> None:
-    hosts = _hosts(["Example.COM", "[::1]", "fe80::1", "10.0.0.1"], "0.0.0.0")
+    hosts = _hosts(_named(["Example.COM", "[::1]", "fe80::1", "10.0.0.1"]), "0.0.0.0")
     assert hosts == frozenset({"example.com", "::1", "fe80::1", "10.0.0.1"})
     assert host_allowed("example.com:8080", hosts) and host_allowed("[fe80::1]:1", hosts)
 
