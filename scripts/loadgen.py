@@ -84,8 +84,9 @@ class Contender:
         self.session = Reconnecting(
             conninfo, application_name=f"pglock run {job} on {holder}", timeout=connect_timeout,
             user_timeout=2 * advisory.CHECK_INTERVAL if mode == "advisory" else None)
+        # The simulated host's name is its census name too, as PGLOCK_HOST would make it.
         self.claim = lease.Claim(job=self.options.job, schema=schema, ttl=ttl, mode=mode,
-                                 holder=holder)
+                                 holder=holder, host=holder)
         self.sent: float | None = None
         self.run_id: int | None = None
         self.renewer: Renewer | None = None

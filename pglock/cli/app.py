@@ -379,8 +379,9 @@ def full_app() -> typer.Typer:
     # In this order, the order of `pglock --help`: the on-call commands before monitoring.
     # `serve` lives in the wing above this one (pglock/serve/, docs/development.md): it
     # registers here by name, as the others do, and imports its web stack only when run.
-    for module in ("pglock.cli.operator", "pglock.cli.control", "pglock.cli.monitor",
-                   "pglock.cli.jobs", "pglock.cli.doctor", "pglock.serve.command"):
+    for module in ("pglock.cli.operator", "pglock.cli.control", "pglock.cli.census",
+                   "pglock.cli.monitor", "pglock.cli.jobs", "pglock.cli.doctor",
+                   "pglock.serve.command"):
         importlib.import_module(module)
     return app
 

@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 # The newest migration's number (a test checks it against sql/migrations/).
-VERSION = 8
+VERSION = 9
 
 _READ_VERSION = "SELECT value::int, pg_is_in_recovery() FROM {schema}.meta WHERE key = 'version'"
 # The creation lock is the advisory key of the empty job name, which no job can have.

@@ -25,7 +25,7 @@ import psycopg
 from pglock.db import schema
 from pglock.db.schema import query
 from pglock.errors import DatabaseError, SchemaError
-from pglock.lock import ledger
+from pglock.lock import census, ledger
 
 # Each step is one call of a function of the schema (db/sql/functions.sql): one
 # statement, one round trip, and, being SECURITY DEFINER, the only way a runner role
@@ -35,13 +35,14 @@ from pglock.lock import ledger
 
 # Takes the lock by the rules of docs/lease.md (with a limit above 1, the lowest free seat
 # of the job's semaphore) and, when taken, records the run as started (with `start`);
-# the schema's version is checked in the same statement.
+# the schema's version is checked in the same statement, and the host's attempt recorded
+# in the census (winner or loser: docs/operators.md, "The census").
 ACQUIRE = """
 SELECT * FROM {schema}.acquire(
     %(version)s, %(job)s, %(mode)s, %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s,
     %(slot)s, %(handover_from)s, %(rerun)s, %(command)s, %(schedule)s, %(timezone)s,
     %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s, %(limit)s, %(final)s,
-    %(backlog)s, %(windows)s)
+    %(backlog)s, %(windows)s, %(host)s, %(pglock)s, %(python)s)
 """
 
 # A winner that catches up (--catch-up): the slots it will run marked, the ones it gives
@@ -143,6 +144,8 @@ class Claim:
     # while the previous run is still going. `was_running`: the loss was that.
     final: bool = True
     was_running: bool = False
+    # The host in the census (settings/config.py's host_name; None: none is recorded).
+    host: str | None = None
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The lease as query parameters."""
@@ -152,7 +155,7 @@ class Claim:
                 "backend_pid": self.backend_pid, "slot": self.slot,
                 "handover_from": self.handover_from, "rerun": self.rerun,
                 "limit": self.limit, "final": self.final, "backlog": self.backlog,
-                "windows": self.windows, **extra}
+                "windows": self.windows, "host": self.host, **census.attendee(), **extra}
 
 
 class Attempt(enum.Enum):

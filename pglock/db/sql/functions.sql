@@ -251,6 +251,70 @@ WITH claim AS (
 SELECT id, started_at, attempt, limit_ FROM started
 $$;
 
+-- attend: the census (docs/operators.md, "The census"): this host attempted the job, and
+-- how the attempt came out (won: it ran; else the slot was done, the job paused, or the
+-- lock held). Called by acquire once the outcome is known, in its own statement: a loser
+-- still sends one. Throttled here, so a storm costs little: the host's row and its row for
+-- the job are rewritten at most once a minute of the database's clock (and the host's when
+-- its versions change; a winner that lost earlier in the same minute, with --wait, records
+-- that it ran). Read before written, without a lock: the common attempt writes at most its
+-- own row for the job, and the processes of one host firing many jobs at :00 wait on
+-- their host's row only while one of them rewrites it. An unnamed host (NULL) is none.
+CREATE OR REPLACE FUNCTION {schema}.attend(
+    p_host text, p_pglock text, p_python text, p_job text, p_slot timestamptz,
+    p_ttl interval, p_won boolean, p_slot_ran boolean, p_paused boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_minute timestamptz := date_trunc('minute', clock_timestamp());
+    v_outcome text := CASE WHEN p_won THEN 'ran' WHEN p_slot_ran THEN 'slot_done'
+                           WHEN p_paused THEN 'paused' ELSE 'held' END;
+    v_seen timestamptz;
+    v_pglock text;
+    v_python text;
+    v_last timestamptz;
+    v_was text;
+BEGIN
+    IF p_host IS NULL THEN
+        RETURN;
+    END IF;
+    SELECT last_seen, version, python INTO v_seen, v_pglock, v_python
+    FROM {schema}.hosts WHERE host = p_host;
+    IF NOT FOUND THEN
+        INSERT INTO {schema}.hosts (host, first_seen, last_seen, version, python)
+        VALUES (p_host, v_now, v_now, p_pglock, p_python) ON CONFLICT (host) DO NOTHING;
+    ELSIF date_trunc('minute', v_seen) < v_minute
+          OR (v_pglock, v_python) IS DISTINCT FROM (p_pglock, p_python) THEN
+        -- Checked again under the row's lock: of a host's runs that all found it due, the
+        -- first rewrites it and the others leave it.
+        UPDATE {schema}.hosts SET last_seen = v_now, version = p_pglock, python = p_python
+        WHERE host = p_host AND (date_trunc('minute', last_seen) < v_minute
+                                 OR (version, python) IS DISTINCT FROM (p_pglock, p_python));
+    END IF;
+    SELECT last_attempt, outcome INTO v_last, v_was
+    FROM {schema}.attendance WHERE job = p_job AND host = p_host;
+    IF NOT FOUND THEN
+        INSERT INTO {schema}.attendance
+            (job, host, first_attempt, ttl, outcome, last_attempt, slot)
+        VALUES (p_job, p_host, v_now, p_ttl, v_outcome, v_now, p_slot)
+        ON CONFLICT (job, host) DO NOTHING;
+    ELSIF date_trunc('minute', v_last) < v_minute OR (p_won AND v_was <> 'ran') THEN
+        UPDATE {schema}.attendance a SET
+            ttl = p_ttl, outcome = v_outcome, last_attempt = v_now, slot = p_slot,
+            -- The seconds since the last recorded attempt, the newest last (5 kept); not
+            -- for a win recorded in the minute of its own earlier try.
+            gaps = CASE WHEN date_trunc('minute', a.last_attempt) < v_minute
+                        THEN (a.gaps || round(extract(epoch FROM v_now - a.last_attempt))::int)
+                             [greatest(1, cardinality(a.gaps) - 3):]
+                        ELSE a.gaps END
+        WHERE a.job = p_job AND a.host = p_host
+          AND (date_trunc('minute', a.last_attempt) < v_minute
+               OR (p_won AND a.outcome <> 'ran'));
+    END IF;
+END
+$$;
+
 -- acquire: take the job's lock, or with p_limit > 1 the lowest free of its seats, and
 -- record the run's start.
 -- The rules of docs/lease.md ("Semaphores" for the seats); when taken and p_command is
@@ -268,12 +332,15 @@ $$;
 -- which have no run yet since the job's last slot (missed_slots) and that slot
 -- (prior_slot); it then records no start of its own slot, whose run comes after them.
 -- Slots that went by while the job was paused are not caught up.
+-- The census (version 9): every caller of this version, winner or loser, records its
+-- host's attempt (attend), named by p_host, with its pglock and Python versions.
 CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_version integer, p_job text, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_ttl interval, p_slot timestamptz, p_handover_from bigint,
     p_rerun boolean, p_command text, p_schedule text, p_timezone text,
     p_next_slot timestamptz, p_grace interval, p_retries integer, p_attempt integer,
-    p_limit integer, p_final boolean, p_backlog timestamptz[], p_windows text[])
+    p_limit integer, p_final boolean, p_backlog timestamptz[], p_windows text[],
+    p_host text, p_pglock text, p_python text)
 RETURNS TABLE (schema_version integer, session_held boolean, slot_ran boolean,
                is_paused boolean, token bigint, first_handover bigint, held_by text,
                run_id bigint, run_started_at timestamptz, run_attempt integer,
@@ -372,6 +439,8 @@ BEGIN
             END LOOP;
         END IF;
         IF token IS NULL THEN
+            PERFORM {schema}.attend(p_host, p_pglock, p_python, p_job, p_slot, p_ttl,
+                                    false, false, false);
             -- Any value lets a waiter take a seat in its hold on its next try.
             first_handover := 0;
             SELECT string_agg(s.holder, ', ' ORDER BY s.seat) INTO held_by
@@ -429,6 +498,9 @@ BEGIN
                OR clock_timestamp() >= v_timeline.first_seen + greatest(l.ttl, p_ttl))
         RETURNING l.fencing_token INTO token;
     END IF;
+    -- The census: who attempted, and how it came out (a won seat comes here too).
+    PERFORM {schema}.attend(p_host, p_pglock, p_python, p_job, p_slot, p_ttl,
+                            token IS NOT NULL, slot_ran, is_paused);
     IF token IS NULL THEN
         -- The first holder a contender that starts waiting now may take over from at its
         -- release: the one running, or (released, in its hold) whoever takes it next.
@@ -941,7 +1013,9 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
                           text, timestamptz, interval, integer, integer),
     {schema}.acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint,
                      boolean, text, text, text, timestamptz, interval, integer, integer,
-                     integer, boolean, timestamptz[], text[]),
+                     integer, boolean, timestamptz[], text[], text, text, text),
+    {schema}.attend(text, text, text, text, timestamptz, interval, boolean, boolean,
+                    boolean),
     {schema}.catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz),
     {schema}.start_run(text, text, bigint, text, timestamptz, text, text, timestamptz,
                        interval, integer, integer),

@@ -48,6 +48,7 @@ def test_the_runner_gets_the_functions_revoked_from_public() -> None:
         "advisory_key(text)", "session_holds(text)", "incarnation()", "timeline()",
         "sighting()", "next_token(bigint, bigint)", "advisory_horizon(interval)",
         "restamp(bigint, timestamptz)",
+        "attend(text, text, text, text, timestamptz, interval, boolean, boolean, boolean)",
         "record_start(text, timestamptz, text, text, integer, text, bigint, text, text, text, "
         "timestamptz, interval, integer, integer)"}
 
