@@ -44,7 +44,7 @@ def hosts_screen(found: Roll, place: str, schema: str, *, terminal: bool) -> Scr
         state = host_state(host)
         label, style = HOST_LOOK[state]
         grid.add([escaped(host.name), label if terminal else state, version_text(host),
-                  escaped(host.python), ago(seconds(found.now, host.last_seen)),
+                  escaped(host.python), seen_text(found.now, host.last_seen),
                   str(len(host.jobs)), clip(", ".join(host.silent_jobs)) or NONE], style)
     screen.parts.append(grid)
     screen.parts.append("\n" + tally_line(found))
@@ -68,14 +68,31 @@ def job_hosts_screen(found: Roll, screen: Screen, *, terminal: bool) -> Screen:
         standing = label if terminal else str(row.standing)
         if row.whole:
             standing += " (every job)"
-        grid.add([escaped(host.name), standing, ago(seconds(found.now, row.last_attempt)),
-                  OUTCOMES.get(row.outcome, escaped(row.outcome)), when(row.slot),
-                  took(row.ttl), version_text(host)], style)
+        grid.add([escaped(host.name), standing, attempt_text(found.now, row),
+                  outcome_text(row), when(row.slot), took(row.ttl), version_text(host)], style)
     screen.parts.append(grid)
     census = Census(tuple(row for _, row in rows))
     screen.parts.append("\n" + census_line(found.job, census, found.now))
     screen.parts.extend(skew_lines(found))
     return screen
+
+
+def attempt_text(now: datetime, row: Attendance) -> str:
+    """`12s ago`; for a row lost with a crash or a failover, `none since 03:12:00` (the
+    census's restart)."""
+    if row.lost:
+        return f"none since {when(row.last_attempt)}"
+    return ago(seconds(now, row.last_attempt))
+
+
+def outcome_text(row: Attendance) -> str:
+    if row.outcome is None:
+        return NONE
+    return OUTCOMES.get(row.outcome, escaped(row.outcome))
+
+
+def seen_text(now: datetime, seen: datetime | None) -> str:
+    return "not since the census restarted" if seen is None else ago(seconds(now, seen))
 
 
 def _of_job(host: Host, job: str) -> Attendance:
@@ -120,11 +137,11 @@ def census_line(job: str, census: Census, now: datetime) -> str:
     names = ", ".join(escaped(a.host) for a in attending[:NAMED])
     if len(attending) > NAMED:
         names += f" and {len(attending) - NAMED} more"
-    line = f"hosts of {job}: {count}" + (f" ({names})" if names else "")
+    line = f"hosts of {escaped(job)}: {count}" + (f" ({names})" if names else "")
     silent = census.silent
     if silent:
         line += "; silent: " + ", ".join(
-            f"{escaped(a.host)} (last attempt {ago(seconds(now, a.last_attempt))}"
+            f"{escaped(a.host)} (last attempt {attempt_text(now, a)}"
             f"{', every job' if a.whole else ''})" for a in silent)
     elif census.hosts:
         line += "; none silent"
@@ -142,8 +159,10 @@ def host_json(host: Host, now: datetime) -> dict[str, Any]:
 def attendance_json(row: Attendance) -> dict[str, Any]:
     return {"job": row.job, "host": row.host, "standing": str(row.standing),
             "whole": row.whole, "first_attempt": iso(row.first_attempt),
-            "last_attempt": iso(row.last_attempt), "outcome": row.outcome,
-            "slot": iso(row.slot), "ttl": row.ttl, "usual_interval": row.usual}
+            "last_attempt": None if row.lost else iso(row.last_attempt),
+            "none_since": iso(row.last_attempt) if row.lost else None,
+            "outcome": row.outcome, "slot": iso(row.slot), "ttl": row.ttl,
+            "usual_interval": row.usual, "repeated": row.repeated}
 
 
 def hosts_json(found: Roll, place: str, schema: str) -> dict[str, Any]:
@@ -166,5 +185,5 @@ def census_json(census: Census | None) -> dict[str, Any] | None:
     if census is None:
         return None
     return {"attending": [a.host for a in census.attending],
-            "silent": [{"host": a.host, "last_attempt": iso(a.last_attempt),
-                        "whole": a.whole} for a in census.silent]}
+            "silent": [{"host": a.host, "last_attempt": None if a.lost
+                        else iso(a.last_attempt), "whole": a.whole} for a in census.silent]}

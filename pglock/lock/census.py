@@ -7,7 +7,9 @@ may be a run by hand) and has not for more than two of the job's slots (with a
 schedule), or, unscheduled, for more than twice its usual interval (the median of the
 seconds between its last recorded attempts), and for at least two minutes. A host that
 attempted nothing at all for that span is silent as a whole. The rule is `judge`; the
-database's clock is `now`, and what a host records is at most one attempt a minute.
+database's clock is `now`, and what a host records is at most one attempt a minute, in
+an unlogged table (a crash or a failover empties it: the hosts' `jobs`, logged, keep
+whom to expect).
 """
 
 from __future__ import annotations
@@ -31,16 +33,42 @@ SILENT_AFTER = 2
 # Never silent sooner than this after its last attempt: the census writes a host's row at
 # most once a minute, and cron's triggers of one minute come a little apart.
 MIN_SILENCE = 120.0
+# An unscheduled job whose usual interval went with a crash or a failover (the census's
+# attempts are unlogged) is silent after this long without an attempt since.
+LOST_SILENCE = 86400.0
 
 # Every host's attendance of each job (or of the one named), with the host's versions and
-# when it last attempted any job. A forgotten host has no rows (forget-host deletes them).
+# when it last attempted any job. A pair the host attends (hosts.jobs) without a row in
+# `attendance` lost it with a crash or a failover (the table is unlogged): its last
+# attempt is not known, only that none came since the census restarted, which is taken as
+# the latest of the server's start, its shared memory's reset after a crash, and the first
+# sighting of the newest timeline (a promoted standby). A forgotten host has no rows.
 ATTENDANCE = """
-SELECT a.job, a.host, a.first_attempt, a.last_attempt, a.outcome, a.slot,
-       extract(epoch FROM least(a.ttl, interval '7 days'))::float8, a.gaps,
-       h.version, h.python, h.last_seen
-FROM {schema}.attendance a JOIN {schema}.hosts h ON h.host = a.host
-WHERE %(job)s::text IS NULL OR a.job = %(job)s::text
-ORDER BY a.job, a.host
+WITH restart AS (
+    SELECT greatest(pg_postmaster_start_time(),
+                    coalesce(pg_stat_get_bgwriter_stat_reset_time(), '-infinity'),
+                    coalesce((SELECT max(first_seen) FROM {schema}.timelines), '-infinity'))
+           AS at
+), pairs AS (
+    SELECT a.job, a.host FROM {schema}.attendance a
+    WHERE %(job)s::text IS NULL OR a.job = %(job)s::text
+    UNION
+    SELECT j.job, h.host FROM {schema}.hosts h, unnest(h.jobs) AS j(job)
+    WHERE %(job)s::text IS NULL OR j.job = %(job)s::text
+), seen AS (
+    -- Each of their hosts' last attempt of any job (by the host index for one job's).
+    SELECT s.host, max(s.last_attempt) AS at FROM {schema}.attendance s
+    WHERE s.host IN (SELECT host FROM pairs) GROUP BY s.host
+)
+SELECT p.job, p.host, a.first_attempt, coalesce(a.last_attempt, r.at), a.outcome, a.slot,
+       extract(epoch FROM least(a.ttl, interval '7 days'))::float8, coalesce(a.gaps, '{{}}'),
+       coalesce(cardinality(a.gaps) > 0, false) OR p.job = ANY(h.jobs), a.job IS NULL,
+       h.version, h.python, seen.at
+FROM pairs p JOIN {schema}.hosts h ON h.host = p.host
+LEFT JOIN {schema}.attendance a ON a.job = p.job AND a.host = p.host
+LEFT JOIN seen ON seen.host = p.host
+CROSS JOIN restart r
+ORDER BY p.job, p.host
 """
 # What a job's census is judged by: the database's clock, the job's schedule as its last
 # run recorded it (none: unscheduled), its grace and its windows.
@@ -84,20 +112,26 @@ class Attendance:
 
     job: str
     host: str
-    first_attempt: datetime
-    # The newest attempt recorded (database time; at most one a minute is).
+    # None: lost with a crash or a failover (below).
+    first_attempt: datetime | None
+    # The newest attempt recorded (database time; at most one a minute is). When `lost`,
+    # the census's restart: no attempt came since.
     last_attempt: datetime
-    # ran, held, paused, slot_done.
-    outcome: str
+    # ran, held, paused, slot_done (None: lost).
+    outcome: str | None
     # The slot it was for (with --schedule).
     slot: datetime | None
-    ttl: float
+    ttl: float | None
     # Seconds between its last recorded attempts, newest last.
     gaps: tuple[int, ...]
+    # It attempted the job more than once (one attempt may be a run by hand).
+    repeated: bool
+    # Its row went with a crash or a failover, and it has not attempted since.
+    lost: bool
     version: str
     python: str
-    # When the host last attempted any job (rewritten at most once a minute).
-    last_seen: datetime
+    # When the host last attempted any job (None: nothing since the census restarted).
+    last_seen: datetime | None
     standing: Standing = Standing.ATTENDING
     # Silent for this job and for every other: it attempted nothing for the span.
     whole: bool = False
@@ -131,10 +165,11 @@ def read(conn: psycopg.Connection[Any], schema_name: str,
         cursor = conn.cursor(binary=True)
         rows = cursor.execute(schema.query(ATTENDANCE, schema_name), {"job": job}).fetchall()
     found: dict[str, list[Attendance]] = {}
-    for (name, host, first, last, outcome, slot, ttl, gaps, version, python,
+    for (name, host, first, last, outcome, slot, ttl, gaps, repeated, lost, version, python,
          seen) in rows:
         found.setdefault(name, []).append(Attendance(
-            name, host, first, last, outcome, slot, ttl, tuple(gaps), version, python, seen))
+            name, host, first, last, outcome, slot, ttl, tuple(gaps), bool(repeated),
+            bool(lost), version, python, seen))
     return found
 
 
@@ -166,14 +201,20 @@ def judge(row: Attendance, now: datetime, cutoff: datetime | None,
         boundary = cutoff
     else:
         usual = row.usual
-        limit = MIN_SILENCE if usual is None else max(after * usual, MIN_SILENCE)
+        if usual is None:
+            # Its usual interval went with a crash or a failover: a day, not to call silent
+            # a host that attempts once an hour.
+            limit = LOST_SILENCE if row.lost else MIN_SILENCE
+        else:
+            limit = max(after * usual, MIN_SILENCE)
         boundary = now - timedelta(seconds=limit)
     attempted = row.slot if cutoff is not None and row.slot is not None else row.last_attempt
     if attempted >= boundary or quiet <= MIN_SILENCE:
         return replace(row, standing=Standing.ATTENDING, whole=False)
-    if not row.gaps:
+    if not row.repeated:
         return replace(row, standing=Standing.ONCE, whole=False)
-    return replace(row, standing=Standing.SILENT, whole=row.last_seen < boundary)
+    return replace(row, standing=Standing.SILENT,
+                   whole=row.last_seen is None or row.last_seen < boundary)
 
 
 def since(recorded: Recorded, now: datetime, after: int = SILENT_AFTER) -> datetime | None:

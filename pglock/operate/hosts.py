@@ -16,20 +16,23 @@ from pglock.errors import NothingDone
 # for a host the census does not know.
 FORGET = """
 WITH gone AS (
-    DELETE FROM {schema}.hosts WHERE host = %(host)s RETURNING host, version, last_seen
+    DELETE FROM {schema}.hosts WHERE host = %(host)s RETURNING host, version, jobs
 ), dropped AS (
     DELETE FROM {schema}.attendance a
     WHERE a.host = %(host)s AND EXISTS (SELECT 1 FROM gone)
-    RETURNING a.job
+    RETURNING a.job, a.last_attempt
 ), audit AS (
     INSERT INTO {schema}.audit (job, host, action, by, reason, detail)
     SELECT NULL, host, 'forget-host', %(by)s, %(reason)s,
-           'pglock ' || version || ', last seen ' || last_seen::text || ', attended '
-           || (SELECT count(*) FROM dropped) || ' job(s)'
+           'pglock ' || version || ', attended ' || cardinality(jobs) || ' job(s), last seen '
+           || coalesce((SELECT max(last_attempt) FROM dropped)::text, 'before the census '
+                       'restarted')
     FROM gone
     RETURNING id
 )
-SELECT (SELECT count(*) FROM dropped), id FROM audit
+SELECT (SELECT count(*) FROM (SELECT job FROM dropped UNION
+                              SELECT unnest(jobs) FROM gone) AS j), id
+FROM audit
 """
 
 

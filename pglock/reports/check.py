@@ -211,7 +211,9 @@ def _silent_host(job: Job, now: datetime) -> str:
 
 def _silence(found: Attendance, now: datetime) -> str:
     whole = ", and every other job" if found.whole else ""
-    return f"{found.host} (last attempt {_ago(found.last_attempt, now)}{whole})"
+    when = (f"none since the census restarted {_ago(found.last_attempt, now)}" if found.lost
+            else f"last attempt {_ago(found.last_attempt, now)}")
+    return f"{found.host} ({when}{whole})"
 
 
 # Each problem's reason, as the line under the summary says it.
@@ -365,7 +367,8 @@ def _job_json(verdict: Verdict) -> dict[str, Any]:
         "missed_slots": 0 if due is None else due.missed,
         "hosts": None if job.census is None else {
             "attending": len(job.census.attending),
-            "silent": [{"host": found.host, "last_attempt": _iso(found.last_attempt),
+            "silent": [{"host": found.host, "last_attempt": None if found.lost
+                        else _iso(found.last_attempt),
                         "whole": found.whole} for found in job.census.silent]}}
 
 

@@ -18,12 +18,15 @@ from pglock.lock.census import SILENT_AFTER, Attendance, Standing
 from pglock.reports import jobs
 from pglock.reports.jobs import Snapshot
 
-# Every host the census knows (a forgotten one has no row).
+# Every host the census knows (a forgotten one has no row), and when it last attempted
+# any job (None: nothing since the census restarted: attendance is unlogged).
 HOSTS = """
-SELECT host, version, python, first_seen, last_seen FROM {schema}.hosts ORDER BY host
+SELECT h.host, h.version, h.python, h.first_seen, s.at
+FROM {schema}.hosts h
+LEFT JOIN (SELECT host, max(last_attempt) AS at FROM {schema}.attendance GROUP BY host) s
+       ON s.host = h.host
+ORDER BY h.host
 """
-# What forget-host and the hosts page need of one host.
-ONE = "SELECT host FROM {schema}.hosts WHERE host = %(host)s"
 
 
 @dataclass(frozen=True)
@@ -34,7 +37,8 @@ class Host:
     version: str
     python: str
     first_seen: datetime
-    last_seen: datetime
+    # Its last attempt of any job (None: none since the census restarted).
+    last_seen: datetime | None
     jobs: tuple[Attendance, ...] = ()
     # Its pglock is older than the newest the census has seen.
     skewed: bool = False

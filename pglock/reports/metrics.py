@@ -256,7 +256,7 @@ def chunks(found: Snapshot | Exposition) -> Iterator[str]:
     lines = list(_header(HOST_SEEN))
     lines.extend(f'{HOST_SEEN.name}{{host="{escape_label(host)}",version="'
                  f'{escape_label(version)}"}} {_number(seen.timestamp())}'
-                 for host, version, _, _, seen in exposition.hosts)
+                 for host, version, _, _, seen in exposition.hosts if seen is not None)
     yield "\n".join(lines) + "\n"
     lines = list(_header(GENERATED))
     lines.append(f"{GENERATED.name} {_number(snapshot.now.timestamp())}")

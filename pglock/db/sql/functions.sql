@@ -253,13 +253,13 @@ $$;
 
 -- attend: the census (docs/operators.md, "The census"): this host attempted the job, and
 -- how the attempt came out (won: it ran; else the slot was done, the job paused, or the
--- lock held). Called by acquire once the outcome is known, in its own statement: a loser
--- still sends one. Throttled here, so a storm costs little: the host's row and its row for
--- the job are rewritten at most once a minute of the database's clock (and the host's when
--- its versions change; a winner that lost earlier in the same minute, with --wait, records
--- that it ran). Read before written, without a lock: the common attempt writes at most its
--- own row for the job, and the processes of one host firing many jobs at :00 wait on
--- their host's row only while one of them rewrites it. An unnamed host (NULL) is none.
+-- lock held). Called by acquire once the outcome is known, inside its statement: a loser
+-- still sends one. The attempt is rewritten at most once a minute of the database's clock
+-- (a winner that lost earlier in the same minute, with --wait, records that it ran), in
+-- an unlogged table: no WAL. The host's row (logged) is read only when the attempt was
+-- written, and written only when the host is new, its versions changed, or it attempted
+-- this job a second time (the job joins those it attends). An unnamed host (NULL, as a
+-- pglock of an older version sends none) is none.
 CREATE OR REPLACE FUNCTION {schema}.attend(
     p_host text, p_pglock text, p_python text, p_job text, p_slot timestamptz,
     p_ttl interval, p_won boolean, p_slot_ran boolean, p_paused boolean)
@@ -270,47 +270,41 @@ DECLARE
     v_minute timestamptz := date_trunc('minute', clock_timestamp());
     v_outcome text := CASE WHEN p_won THEN 'ran' WHEN p_slot_ran THEN 'slot_done'
                            WHEN p_paused THEN 'paused' ELSE 'held' END;
-    v_seen timestamptz;
-    v_pglock text;
-    v_python text;
-    v_last timestamptz;
-    v_was text;
+    v_gaps integer;
+    v_host record;
 BEGIN
     IF p_host IS NULL THEN
         RETURN;
     END IF;
-    SELECT last_seen, version, python INTO v_seen, v_pglock, v_python
-    FROM {schema}.hosts WHERE host = p_host;
-    IF NOT FOUND THEN
-        INSERT INTO {schema}.hosts (host, first_seen, last_seen, version, python)
-        VALUES (p_host, v_now, v_now, p_pglock, p_python) ON CONFLICT (host) DO NOTHING;
-    ELSIF date_trunc('minute', v_seen) < v_minute
-          OR (v_pglock, v_python) IS DISTINCT FROM (p_pglock, p_python) THEN
-        -- Checked again under the row's lock: of a host's runs that all found it due, the
-        -- first rewrites it and the others leave it.
-        UPDATE {schema}.hosts SET last_seen = v_now, version = p_pglock, python = p_python
-        WHERE host = p_host AND (date_trunc('minute', last_seen) < v_minute
-                                 OR (version, python) IS DISTINCT FROM (p_pglock, p_python));
+    INSERT INTO {schema}.attendance AS a
+        (job, host, first_attempt, ttl, outcome, last_attempt, slot)
+    VALUES (p_job, p_host, v_now, p_ttl, v_outcome, v_now, p_slot)
+    ON CONFLICT (job, host) DO UPDATE SET
+        ttl = excluded.ttl, outcome = excluded.outcome, last_attempt = excluded.last_attempt,
+        slot = excluded.slot,
+        -- The seconds since the last recorded attempt, the newest last (5 kept); not for
+        -- a win recorded in the minute of its own earlier try.
+        gaps = CASE WHEN date_trunc('minute', a.last_attempt) < v_minute
+                    THEN (a.gaps || round(extract(epoch FROM v_now - a.last_attempt))::int)
+                         [greatest(1, cardinality(a.gaps) - 3):]
+                    ELSE a.gaps END
+    WHERE date_trunc('minute', a.last_attempt) < v_minute OR (p_won AND a.outcome <> 'ran')
+    RETURNING cardinality(a.gaps) INTO v_gaps;
+    IF v_gaps IS NULL THEN
+        -- Recorded already this minute.
+        RETURN;
     END IF;
-    SELECT last_attempt, outcome INTO v_last, v_was
-    FROM {schema}.attendance WHERE job = p_job AND host = p_host;
+    SELECT h.version, h.python, p_job = ANY(h.jobs) AS attends INTO v_host
+    FROM {schema}.hosts h WHERE h.host = p_host;
     IF NOT FOUND THEN
-        INSERT INTO {schema}.attendance
-            (job, host, first_attempt, ttl, outcome, last_attempt, slot)
-        VALUES (p_job, p_host, v_now, p_ttl, v_outcome, v_now, p_slot)
-        ON CONFLICT (job, host) DO NOTHING;
-    ELSIF date_trunc('minute', v_last) < v_minute OR (p_won AND v_was <> 'ran') THEN
-        UPDATE {schema}.attendance a SET
-            ttl = p_ttl, outcome = v_outcome, last_attempt = v_now, slot = p_slot,
-            -- The seconds since the last recorded attempt, the newest last (5 kept); not
-            -- for a win recorded in the minute of its own earlier try.
-            gaps = CASE WHEN date_trunc('minute', a.last_attempt) < v_minute
-                        THEN (a.gaps || round(extract(epoch FROM v_now - a.last_attempt))::int)
-                             [greatest(1, cardinality(a.gaps) - 3):]
-                        ELSE a.gaps END
-        WHERE a.job = p_job AND a.host = p_host
-          AND (date_trunc('minute', a.last_attempt) < v_minute
-               OR (p_won AND a.outcome <> 'ran'));
+        INSERT INTO {schema}.hosts (host, first_seen, version, python)
+        VALUES (p_host, v_now, p_pglock, p_python) ON CONFLICT (host) DO NOTHING;
+    ELSIF (v_host.version, v_host.python) IS DISTINCT FROM (p_pglock, p_python)
+          OR (v_gaps > 0 AND NOT v_host.attends) THEN
+        UPDATE {schema}.hosts SET version = p_pglock, python = p_python,
+            jobs = CASE WHEN v_gaps > 0 AND NOT p_job = ANY(jobs) THEN jobs || p_job
+                        ELSE jobs END
+        WHERE host = p_host;
     END IF;
 END
 $$;

@@ -26,7 +26,7 @@ def row(host: str = "web-1", *, at: datetime = T0, slot: datetime | None = T0,
         job_name: str = "sync", version: str = "0.1.0") -> Attendance:
     """A host's attendance whose last recorded attempt was `at`, for `slot`."""
     return Attendance(job_name, host, T0 - timedelta(days=1), at, "held", slot, 60.0, gaps,
-                      version, "3.11.7", seen or at)
+                      bool(gaps), False, version, "3.11.7", seen or at)
 
 
 def standing(found: Attendance, now: datetime, recorded: Recorded,

@@ -7,27 +7,31 @@
 -- it. Both tables start empty; the next runs fill them.
 
 -- One row per host that ran pglock: its name (PGLOCK_HOST, `host =` in the config file,
--- else the system's host name), the pglock and Python it runs, when it was first and last
--- seen. last_seen is rewritten at most once a minute (of the database's clock), or when
--- the versions change. `pglock forget-host` deletes the row and the host's attendance;
--- the host's next run brings it back. The fillfactor leaves each page room for its rows'
--- next versions, so the rewrites are HOT (no index entry, pruned without VACUUM).
+-- else the system's host name), the pglock and Python it runs, when it was first seen, and
+-- the jobs it attempted more than once (the jobs it attends, which a crash or a failover
+-- must not make the census forget). Written when the host is first seen, when its versions
+-- change and when it attends a job anew: seldom, so it is an ordinary (logged) table.
+-- `pglock forget-host` deletes the row and the host's attendance; the host's next run
+-- brings it back.
 CREATE TABLE {schema}.hosts (
     host       text PRIMARY KEY CHECK (octet_length(host) BETWEEN 1 AND 255),
     first_seen timestamptz NOT NULL,
-    last_seen  timestamptz NOT NULL,
     version    text NOT NULL,
-    python     text NOT NULL
+    python     text NOT NULL,
+    jobs       text[] NOT NULL DEFAULT '{{}}'
 ) WITH (fillfactor = 50);
 
--- One row per host and job the host attempted: its last recorded attempt (database time),
--- how it came out, and the slot (with --schedule) and ttl it was for; the seconds between
--- its last recorded attempts (the newest last, at most 5: their median is the host's usual
--- interval for an unscheduled job). Rewritten at most once a minute of the database's
--- clock (a winner that lost earlier in the same minute, --wait, records that it ran), so
--- a host firing a job more often than that costs one write a minute. The columns that
--- change go last, together: a HOT rewrite logs only the bytes that differ.
-CREATE TABLE {schema}.attendance (
+-- One row per job and host that attempted it: its last recorded attempt (database time),
+-- how it came out, the slot (with --schedule) and ttl it was for, and the seconds between
+-- its last recorded attempts (the newest last, at most 5; their median is the host's
+-- usual interval for an unscheduled job). Rewritten at most once a minute of the
+-- database's clock (a winner that lost earlier in the same minute, --wait, records that
+-- it ran). Every loser of a minutely fleet rewrites its row at each :00, so the table is
+-- UNLOGGED: those rewrites cost no WAL and no flush (docs/scale.md, "The census"). A
+-- crash or a promoted standby empties it; the hosts' `jobs` above keep whom to expect,
+-- and a host that does not attempt again is silent as before (lock/census.py). Its
+-- fillfactor leaves each page room for its rows' next versions: the rewrites are HOT.
+CREATE UNLOGGED TABLE {schema}.attendance (
     job           text NOT NULL,
     host          text NOT NULL,
     first_attempt timestamptz NOT NULL,
@@ -38,6 +42,9 @@ CREATE TABLE {schema}.attendance (
     gaps          integer[] NOT NULL DEFAULT '{{}}',
     PRIMARY KEY (job, host)
 ) WITH (fillfactor = 50);
+-- A host's rows (its last attempt of any job; forget-host). host never changes in a row:
+-- the rewrites stay HOT.
+CREATE INDEX attendance_host ON {schema}.attendance (host);
 
 -- An operator's action on a host (`pglock forget-host`): the host it was about. Such a
 -- row has no job, and is no action on every job.
