@@ -88,7 +88,8 @@ def test_check_over_all_jobs_reports_the_worst_and_each_problem(jobs: Env) -> No
     report = json.loads(result.stdout)
     assert (result.returncode, report["status"], report["exit_code"]) == (2, "CRITICAL", 2)
     assert report["counts"] == {"jobs": 4, "ok": 1, "dead": 0, "failed": 1, "overdue": 1,
-                                "paused": 0, "skipped_running": 0, "slow": 0, "stale": 1}
+                                "paused": 0, "silent_host": 0, "skipped_running": 0,
+                                "slow": 0, "stale": 1}
     by_job = {job["job"]: job for job in report["jobs"]}
     assert by_job["overdue"]["problems"] == ["overdue"]
     assert by_job["overdue"]["missed_slots"] == 1
