@@ -528,12 +528,16 @@ def storm(server: Server, schema: str, *, hosts: int, jobs: int, jitter: float,
     moved a minute back (every host's row due, as at a minutely fleet's next :00); with
     `held`, a running holder has every job: every contender of the storm measured loses."""
     names = [f"storm-{n}" for n in range(jobs)]
-    # Two storms: the first makes each host's row of each job, the second (its second
-    # attempt) adds the job to those the host attends, once in the pair's life.
-    for _ in range(2 if warm else 0):
+    # Two storms at least: the first makes each host's row of each job, the second (its
+    # second attempt) adds the job to those the host attends, once in the pair's life;
+    # more while a contender failed in one (a loaded server's schema creation timing out).
+    # Without a census (before schema version 9), one.
+    for _ in range(4 if warm else 0):
         _fire(server, schema, hosts=hosts, jobs=jobs, jitter=0.0, command_seconds=0.0,
               connect_timeout=connect_timeout, min_hold=0.0)
         age_census(server.direct, schema)
+        if _attended(server.direct, schema) in (None, hosts * jobs):
+            break
     warmed = _runs(server.direct, schema) if warm else 0
     holders = occupy(server, schema, names, "lease") if held else []
     fired = _fire(server, schema, hosts=hosts, jobs=jobs, jitter=jitter,
@@ -556,6 +560,17 @@ def storm(server: Server, schema: str, *, hosts: int, jobs: int, jitter: float,
         winners[tenure.job] += 1
     result["jobs_not_run_once"] = sorted(j for j in names if winners[j] != 1)
     return result
+
+
+def _attended(conninfo: str, schema: str) -> int | None:
+    """How many (host, job) pairs the census has as attended (None: it has no census)."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        found = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".hosts',)).fetchone()
+        if found is None or found[0] is None:
+            return None
+        row = conn.execute(sql.SQL("SELECT sum(cardinality(jobs)) FROM {}.hosts").format(
+            sql.Identifier(schema))).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
 
 
 def _runs(conninfo: str, schema: str) -> int:

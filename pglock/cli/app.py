@@ -186,7 +186,8 @@ def run(
                           "or past --deadline.")] = int(ExitStatus.CONFLICT),
     holder: Annotated[str | None, typer.Option(envvar="PGLOCK_HOLDER", show_default=False,
         metavar="NAME",
-        help="Identity recorded and shown [default: host name].")] = None,
+        help="Identity recorded and shown [default: the host name: PGLOCK_HOST, else host "
+             "in the config file, else the system's].")] = None,
     schedule: Annotated[str | None, typer.Option(envvar="PGLOCK_SCHEDULE", metavar="CRON",
         show_default=False,
         help="The job's crontab expression: each slot runs once, overdue slots show in "
