@@ -94,9 +94,16 @@ class Contender:
 
     def acquire(self) -> bool:
         """Connect, try the lock and record the start (Slot.acquire); whether it was won."""
-        slot = Slot(self.options, self.session, self.claim, SignalGate(),
+        gate = SignalGate()
+        slot = Slot(self.options, self.session, self.claim, gate,
                     Notifier(NotifyOptions(), job=self.claim.job, holder=self.claim.holder))
-        won = slot.acquire(start=ledger.RunStart(command="true"))
+        try:
+            won = slot.acquire(start=ledger.RunStart(command="true"))
+        finally:
+            # A run's gate lives as long as its process; thousands of these in one process
+            # would run out of file descriptors (a storm with --warm fires several).
+            os.close(gate.wake_r)
+            os.close(gate.wake_w)
         self.sent = slot.sent if won else None
         if won:
             self.claim.hold = self.options.hold(self.started, slot.sent)
@@ -513,7 +520,7 @@ def age_census(conninfo: str, schema: str) -> None:
         found = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".attendance',)).fetchone()
         if found is not None and found[0] is not None:
             conn.execute(sql.SQL(AGE_CENSUS).format(schema=sql.Identifier(schema)))
-        conn.execute("VACUUM")
+        conn.execute("VACUUM ANALYZE")
         conn.execute("CHECKPOINT")
 
 

@@ -10,6 +10,8 @@ again for real (the rule itself, minute by minute: tests/unit/reports/test_censu
 from __future__ import annotations
 
 import json
+import os
+import shutil
 import subprocess
 import sys
 from typing import Any
@@ -282,3 +284,38 @@ def test_one_attempt_a_minute_is_recorded_and_a_later_win_in_it_too(env: Env) ->
         raise AssertionError("three tries in a row straddled a minute")
     assert first[0][1] == "held" and second == first
     assert won[0][1] == "ran" and won[0][0] > first[0][0]
+
+
+def test_forget_of_a_job_takes_its_census_with_it(env: Env) -> None:
+    """A job removed from every crontab: its hosts are silent for it no longer, and a run
+    that brings it back starts its census afresh."""
+    for _ in range(2):
+        on(env, "web-1", "--job", "gone", *MINUTELY, "--", "true")
+        env.query("UPDATE {schema}.attendance SET last_attempt = last_attempt - "
+                  "interval '1 minute'")
+    on(env, "web-1", "--job", "kept", "--", "true")
+    judged_in_the_same_minute(env, "web-1", "gone", 10)
+    assert env.run("check").returncode == 1
+    forgot = env.run("forget", "--job", "gone", "--reason", "removed from the crontab")
+    assert (forgot.returncode, forgot.stderr) == (0, ""), forgot
+    assert env.run("check").returncode == 0
+    assert env.query("SELECT job FROM {schema}.attendance") == [("kept",)]
+    assert env.query("SELECT jobs FROM {schema}.hosts") == [([],)]
+
+
+@pytest.mark.skipif(shutil.which("unshare") is None or os.geteuid() != 0,
+                    reason="a UTS namespace of its own needs root and unshare(1)")
+def test_a_system_host_name_with_a_control_character_is_refused(env: Env) -> None:
+    """The system's host name, unset PGLOCK_HOST: checked as the others, before any
+    connection (a UTS namespace of the test's own, with a host name of its own)."""
+    script = ("import os, socket, sys; socket.sethostname(sys.argv[1]); "
+              "os.execv(sys.argv[2], sys.argv[2:])")
+    done = subprocess.run(
+        ["unshare", "--uts", sys.executable, "-c", script, "web\x1b[2Jone", PGLOCK, "run",
+         "--job", "x", "--", "true"],
+        env={**env.env, "PGLOCK_DSN": "host=/nonexistent port=1"}, capture_output=True,
+        text=True, timeout=60)
+    assert done.returncode == 2, done
+    assert one_line(done.stderr) == (
+        "pglock: the system's host name (set PGLOCK_HOST): the host name 'web^[[2Jone' "
+        "contains a control character")

@@ -31,6 +31,9 @@ CREATE TABLE {schema}.hosts (
 -- crash or a promoted standby empties it; the hosts' `jobs` above keep whom to expect,
 -- and a host that does not attempt again is silent as before (lock/census.py). Its
 -- fillfactor leaves each page room for its rows' next versions: the rewrites are HOT.
+-- Its rows change every minute, their spread hardly ever: autovacuum analyzes it (which
+-- writes its statistics, logged) once a hundred times its rows changed, not at every
+-- storm of a minutely fleet (docs/scale.md, "The census").
 CREATE UNLOGGED TABLE {schema}.attendance (
     job           text NOT NULL,
     host          text NOT NULL,
@@ -41,7 +44,7 @@ CREATE UNLOGGED TABLE {schema}.attendance (
     slot          timestamptz,
     gaps          integer[] NOT NULL DEFAULT '{{}}',
     PRIMARY KEY (job, host)
-) WITH (fillfactor = 50);
+) WITH (fillfactor = 50, autovacuum_analyze_scale_factor = 100);
 -- A host's rows (its last attempt of any job; forget-host). host never changes in a row:
 -- the rewrites stay HOT.
 CREATE INDEX attendance_host ON {schema}.attendance (host);
