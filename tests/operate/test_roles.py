@@ -243,7 +243,7 @@ def test_the_run_path_is_only_functions_and_public_cannot_call_them(env: Env) ->
         "SELECT p.proname, p.prosecdef, p.proconfig, "
         "has_function_privilege('public', p.oid, 'EXECUTE') "
         "FROM pg_proc p WHERE p.pronamespace = %s::regnamespace ORDER BY 1", (env.schema,))
-    helpers = ("advisory_horizon", "advisory_key", "incarnation", "next_token",
+    helpers = ("advisory_horizon", "advisory_key", "attend", "incarnation", "next_token",
                "record_start", "restamp", "session_holds", "sighting", "timeline")
     assert [r[0] for r in rows] == sorted([
         "acquire", "catch_up", "fence", "finish", "holds", "note", "note_windows", "release",
