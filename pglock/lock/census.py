@@ -1,6 +1,7 @@
 """The census: every run's host, winner or loser, and its attempts of each job, recorded by
-the acquire statement (sql/functions.sql, attend); and which of a job's hosts went silent
-(docs/operators.md, "The census").
+the acquire statement (sql/functions.sql, attend; what a run sends: lease.attendee); and
+which of a job's hosts went silent (docs/operators.md, "The census"). Not on the run's
+path: a run imports none of this.
 
 A host is silent for a job when it attempted the job before (twice at least: one attempt
 may be a run by hand) and has not for more than two of the job's slots (with a
@@ -16,7 +17,6 @@ from __future__ import annotations
 
 import enum
 import statistics
-import sys
 from dataclasses import dataclass, replace
 from datetime import datetime, timedelta
 from functools import lru_cache
@@ -24,10 +24,8 @@ from typing import Any, NamedTuple
 
 import psycopg
 
-import pglock
 from pglock.db import database, schema
 
-PYTHON = ".".join(map(str, sys.version_info[:3]))
 # Slots (or usual intervals) without an attempt past which a host is silent for a job.
 SILENT_AFTER = 2
 # Never silent sooner than this after its last attempt: the census writes a host's row at
@@ -87,12 +85,6 @@ class Recorded(NamedTuple):
     zone: str | None = None
     grace: float | None = None
     windows: tuple[str, ...] = ()
-
-
-def attendee() -> dict[str, str]:
-    """What a run tells the census of itself besides its host's name: its pglock and its
-    Python (the acquire statement's parameters)."""
-    return {"pglock": pglock.__version__, "python": PYTHON}
 
 
 class Standing(enum.StrEnum):

@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import sys
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -25,7 +26,7 @@ import psycopg
 from pglock.db import schema
 from pglock.db.schema import query
 from pglock.errors import DatabaseError, SchemaError
-from pglock.lock import census, ledger
+from pglock.lock import ledger
 
 # Each step is one call of a function of the schema (db/sql/functions.sql): one
 # statement, one round trip, and, being SECURITY DEFINER, the only way a runner role
@@ -155,7 +156,19 @@ class Claim:
                 "backend_pid": self.backend_pid, "slot": self.slot,
                 "handover_from": self.handover_from, "rerun": self.rerun,
                 "limit": self.limit, "final": self.final, "backlog": self.backlog,
-                "windows": self.windows, "host": self.host, **census.attendee(), **extra}
+                "windows": self.windows, "host": self.host, **attendee(), **extra}
+
+
+def attendee() -> dict[str, str]:
+    """What a run tells the census of itself besides its host's name (lock/census.py):
+    its pglock (read now: a test may run pglock as an older release) and its Python."""
+    import pglock
+
+    return {"pglock": pglock.__version__, "python": PYTHON}
+
+
+# The Python a run is, as the census records it.
+PYTHON = ".".join(map(str, sys.version_info[:3]))
 
 
 class Attempt(enum.Enum):
