@@ -16,10 +16,13 @@ import subprocess
 import sys
 from typing import Any
 
+import psycopg
 import pytest
 from conftest import PGLOCK, Env, Result, one_line
 from operating import pglock_json
 from prometheus_client.parser import text_string_to_metric_families
+
+from pglock.lock import census
 
 # pglock's own entry point, in a Python that says it is an older release first: a real
 # process whose census row carries that version (no test hook in pglock itself).
@@ -319,3 +322,29 @@ def test_a_system_host_name_with_a_control_character_is_refused(env: Env) -> Non
     assert one_line(done.stderr) == (
         "pglock: the system's host name (set PGLOCK_HOST): the host name 'web^[[2Jone' "
         "contains a control character")
+
+
+def test_a_jobs_attending_hosts_are_one_call_away(env: Env) -> None:
+    """What a run may ask of the census (issue 47: candidates): the hosts attending a job,
+    neither silent nor forgotten, judged by the job's recorded schedule, in one call."""
+    for _ in range(2):
+        for host in ("web-1", "web-2", "web-3"):
+            on(env, host, "--job", "minutely", *MINUTELY, "--", "true")
+        env.query("UPDATE {schema}.attendance SET last_attempt = last_attempt - "
+                  "interval '1 minute'")
+    on(env, "web-1", "--job", "minutely", *MINUTELY, "--", "true")
+    on(env, "web-2", "--job", "minutely", *MINUTELY, "--", "true")
+    moved_back(env, "web-3", "minutely", 10)
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        found = census.of_job(conn, env.schema, "minutely")
+        assert [a.host for a in found.attending] == ["web-1", "web-2"]
+        assert [a.host for a in found.silent] == ["web-3"]
+        assert census.of_job(conn, env.schema, "never").hosts == ()
+
+
+def test_hosts_of_a_job_that_never_ran_is_one_line_exit_1(env: Env) -> None:
+    on(env, "web-1", "--job", "sync", "--", "true")
+    done = env.run("hosts", "--job", "nope")
+    assert done.returncode == 1
+    assert one_line(done.stderr) == (f"pglock: no job named 'nope' has run here (schema "
+                                     f"{env.schema!r})")

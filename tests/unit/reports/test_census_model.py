@@ -251,3 +251,17 @@ def test_status_json_gives_the_census_of_the_job_read_with_it() -> None:
         "attending": ["web-1"],
         "silent": [{"host": "web-2", "last_attempt": T0.isoformat(), "whole": True}]}
     assert screens.job_json(job("sync"))["hosts"] is None
+
+
+def test_the_hosts_screen_shows_a_hostile_name_as_data() -> None:
+    now = T0 + timedelta(minutes=5)
+    hostile = "web\x1b[2J\u202eone"
+    judged = census_job(row(hostile, at=T0, seen=T0))
+    found = hosts.roll(jobs.Snapshot(now, [judged]), [(hostile, "0.1\x07", "3.11", T0, T0)])
+    for screen in (census_screens.hosts_screen(found, "db", "pglock", terminal=False),
+                   census_screens.hosts_screen(hosts.Roll(now, found.hosts, found.newest,
+                                                          "sync"), "db", "pglock",
+                                               terminal=True)):
+        text = render.plain(screen)
+        assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
+        assert "web^[[2J\\u202eone" in text
