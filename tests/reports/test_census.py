@@ -14,6 +14,7 @@ import os
 import shutil
 import subprocess
 import sys
+from pathlib import Path
 from typing import Any
 
 import psycopg
@@ -21,6 +22,7 @@ import pytest
 from conftest import PGLOCK, Env, Result, one_line
 from operating import pglock_json
 from prometheus_client.parser import text_string_to_metric_families
+from replication import Pair
 
 from pglock.lock import census
 
@@ -348,3 +350,44 @@ def test_hosts_of_a_job_that_never_ran_is_one_line_exit_1(env: Env) -> None:
     assert done.returncode == 1
     assert one_line(done.stderr) == (f"pglock: no job named 'nope' has run here (schema "
                                      f"{env.schema!r})")
+
+
+@pytest.mark.slow  # a primary and a standby of the test's own
+@pytest.mark.parametrize("event", ["crash", "promote"])
+def test_a_crash_or_a_failover_empties_the_attempts_and_forgets_nobody(
+        env: Env, tmp_path: Path, event: str) -> None:
+    """The attempts are unlogged: a crash's recovery, or a promoted standby, has none. The
+    hosts and the jobs each attends are logged: both hosts are still expected, judged from
+    the census's restart (attending at first, no false alarm), and the one that attempts
+    again has its attempt back."""
+    pair = Pair(tmp_path / "ha", synchronous=True).start()
+    try:
+        env.dsn = pair.primary_dsn
+        env.env["PGLOCK_DSN"] = pair.both_dsn
+        for _ in range(2):
+            for host in ("web-1", "web-2"):
+                on(env, host, "--job", "minutely", *MINUTELY, "--", "true")
+            env.query("UPDATE {schema}.attendance SET last_attempt = last_attempt - "
+                      "interval '1 minute'")
+        assert env.query("SELECT host, jobs FROM {schema}.hosts ORDER BY host") == [
+            ("web-1", ["minutely"]), ("web-2", ["minutely"])]
+        pair.kill_primary()
+        if event == "crash":
+            pair.primary.start()
+        else:
+            pair.promote()
+            env.dsn = pair.standby_dsn
+        assert env.query("SELECT count(*) FROM {schema}.attendance") == [(0,)]
+        _, rows = standing(env, "minutely")
+        assert {h: (r["standing"], r["last_attempt"], r["none_since"] is not None)
+                for h, r in rows.items()} == {"web-1": ("attending", None, True),
+                                              "web-2": ("attending", None, True)}
+        assert env.run("check").returncode == 0
+        on(env, "web-1", "--job", "minutely", *MINUTELY, "--", "true")
+        _, rows = standing(env, "minutely")
+        assert rows["web-1"]["last_attempt"] is not None and rows["web-1"]["repeated"]
+        assert rows["web-2"]["last_attempt"] is None
+        assert "hosts of minutely: 2 hosts fire it (web-1, web-2); none silent" in env.run(
+            "status", "--job", "minutely").stdout
+    finally:
+        pair.close()

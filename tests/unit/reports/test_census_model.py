@@ -265,3 +265,26 @@ def test_the_hosts_screen_shows_a_hostile_name_as_data() -> None:
         text = render.plain(screen)
         assert "\x1b" not in text and "\u202e" not in text and "\x07" not in text
         assert "web^[[2J\\u202eone" in text
+
+
+def lost(host: str = "web-2", *, restart: datetime = T0) -> Attendance:
+    """A host's attendance of a job it attends (hosts.jobs), whose row a crash or a
+    failover emptied at `restart`: no attempt known since."""
+    return Attendance("sync", host, None, restart, None, None, None, (), True, True,
+                      "0.1.0", "3.11.7", None)
+
+
+def test_a_host_that_does_not_come_back_after_a_crash_is_silent_after_two_slots() -> None:
+    """Judged as if it attempted at the census's restart: not silent for two slots."""
+    assert standing(lost(), T0 + timedelta(minutes=2, seconds=59), MINUTELY) \
+        is Standing.ATTENDING
+    judged = census.judge(lost(), T0 + timedelta(minutes=3),
+                          census.since(MINUTELY, T0 + timedelta(minutes=3)))
+    assert (judged.standing, judged.whole) == (Standing.SILENT, True)
+
+
+def test_an_unscheduled_host_lost_in_a_crash_gets_a_day() -> None:
+    """Its usual interval went with the attempts."""
+    assert standing(lost(), T0 + timedelta(hours=23), Recorded(None)) is Standing.ATTENDING
+    assert standing(lost(), T0 + timedelta(hours=24, seconds=1), Recorded(None)) \
+        is Standing.SILENT
