@@ -191,7 +191,8 @@ def run(
                           "or past --deadline.")] = int(ExitStatus.CONFLICT),
     holder: Annotated[str | None, typer.Option(envvar="PGLOCK_HOLDER", show_default=False,
         metavar="NAME",
-        help="Identity recorded and shown [default: host name].")] = None,
+        help="Identity recorded and shown [default: the host name: PGLOCK_HOST, else host "
+             "in the config file, else the system's].")] = None,
     schedule: Annotated[str | None, typer.Option(envvar="PGLOCK_SCHEDULE", metavar="CRON",
         show_default=False,
         help="The job's crontab expression: each slot runs once, overdue slots show in "
@@ -389,8 +390,9 @@ def full_app() -> typer.Typer:
     # In this order, the order of `pglock --help`: the on-call commands before monitoring.
     # `serve` lives in the wing above this one (pglock/serve/, docs/development.md): it
     # registers here by name, as the others do, and imports its web stack only when run.
-    for module in ("pglock.cli.operator", "pglock.cli.control", "pglock.cli.monitor",
-                   "pglock.cli.jobs", "pglock.cli.doctor", "pglock.serve.command"):
+    for module in ("pglock.cli.operator", "pglock.cli.control", "pglock.cli.census",
+                   "pglock.cli.monitor", "pglock.cli.jobs", "pglock.cli.doctor",
+                   "pglock.serve.command"):
         importlib.import_module(module)
     return app
 

@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from pglock.cli.census_screens import census_json, census_line
 from pglock.cli.render import NONE, Grid, Screen, ago, clip, escaped, header, iso, took, when
 from pglock.operate.admin import Cleared
 from pglock.reports.history import Action, History, RunRow, Summary
@@ -70,6 +71,9 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
         screen.parts.extend(skipped_lines(report.jobs[0].skipped))
     if report.job is not None and report.jobs[0].seats is not None:
         screen.parts.extend(seat_lines(report.jobs[0]))
+    if report.job is not None and report.jobs[0].census is not None:
+        screen.parts.append("\n" + census_line(report.jobs[0].name, report.jobs[0].census,
+                                                report.now))
     if len(report.jobs) == 1 and report.runs:
         screen.parts.append(f"\nrecent runs of {report.jobs[0].name}:")
         screen.parts.append(runs_grid(report.runs, report.now, with_job=False))
@@ -128,14 +132,16 @@ def _paused_text(pause: Pause) -> str:
 
 def action_line(action: Action) -> str:
     """One operator action, as status --job and history list them."""
-    what = "every job" if action.job == "" else action.job
+    what = escaped(action.host) if action.host is not None else (
+        "every job" if action.job == "" else action.job)
     reason = f": {escaped(action.reason)}" if action.reason else ""
     return f"  {when(action.at)}  {action.action} {what} by {escaped(action.by)}{reason}"
 
 
 def action_json(action: Action) -> dict[str, Any]:
-    return {"at": iso(action.at), "job": action.job or None, "action": action.action,
-            "by": action.by, "reason": action.reason, "detail": action.detail}
+    return {"at": iso(action.at), "job": action.job or None, "host": action.host,
+            "action": action.action, "by": action.by, "reason": action.reason,
+            "detail": action.detail}
 
 
 def windowed(job: Job, state: str) -> str:
@@ -334,6 +340,8 @@ def job_json(job: Job) -> dict[str, Any]:
                     "catch_up_slot": iso(job.skipped.catch_up_slot),
                     "promotion_wait": job.skipped.promotion,
                     "promotion_wait_slot": iso(job.skipped.promotion_slot)},
+        # The census (status --job reads it; null in the list of every job).
+        "hosts": census_json(job.census),
     }
 
 

@@ -30,7 +30,8 @@ CHECK_INTERVAL = 1.5
 # The server drops a silent client within idle + interval * count seconds; the session
 # also refuses the role's idle timeouts, which would end it (and the lock) while idle.
 # The lock is tried by the schema's take(), which ends the session of a holder stopped
-# past its horizon first (functions.sql), and checks the schema's version as acquire does.
+# past its horizon first (functions.sql), checks the schema's version as acquire does,
+# and records a loser's attempt in the census.
 TAKE = """
 SELECT t.schema_version, t.taken, t.session_pid,
        set_config('tcp_keepalives_idle', %(idle)s, false),
@@ -39,7 +40,8 @@ SELECT t.schema_version, t.taken, t.session_pid,
        set_config('tcp_user_timeout', %(user_timeout)s, false),
        set_config('idle_session_timeout', '0', false),
        set_config('idle_in_transaction_session_timeout', '0', false)
-FROM {schema}.take(%(version)s, %(job)s) AS t
+FROM {schema}.take(%(version)s, %(job)s, %(slot)s, %(ttl)s, %(host)s, %(pglock)s,
+                   %(python)s) AS t
 """
 
 # A bigint key shows in pg_locks as classid (high half) and objid (low half), objsubid 1.
@@ -88,8 +90,9 @@ def take(conn: psycopg.Connection[Any], claim: lease.Claim) -> bool:
     """Try the session lock on `conn`, which must then stay the holder's own. The first
     call on a database creates or upgrades the schema, as acquire's does."""
     idle, total = server_drop_bound(claim.ttl)
-    params = {"version": schema.VERSION, "job": claim.job, "idle": str(idle),
-              "user_timeout": str(total * 1000)}
+    # The claim's own parameters carry what the census records of a loser.
+    params = claim.params(version=schema.VERSION, idle=str(idle),
+                          user_timeout=str(total * 1000))
 
     def send() -> tuple[Any, ...]:
         row = conn.execute(query(TAKE, claim.schema), params).fetchone()

@@ -16,6 +16,7 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import sys
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
@@ -36,13 +37,15 @@ from pglock.lock import ledger
 
 # Takes the lock by the rules of docs/lease.md (with a limit above 1, the lowest free seat
 # of the job's semaphore) and, when taken, records the run as started (with `start`);
-# the schema's version is checked in the same statement.
+# the schema's version is checked in the same statement, and the host's attempt recorded
+# in the census (winner or loser: docs/operators.md, "The census").
 ACQUIRE = """
 SELECT * FROM {schema}.acquire(
     %(version)s, %(job)s, %(mode)s, %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s,
     %(slot)s, %(handover_from)s, %(rerun)s, %(command)s, %(schedule)s, %(timezone)s,
     %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s, %(limit)s, %(final)s,
-    %(backlog)s, %(windows)s, %(late)s, %(trace_id)s, %(span_id)s)
+    %(backlog)s, %(windows)s, %(late)s, %(trace_id)s, %(span_id)s, %(host)s, %(pglock)s,
+    %(python)s)
 """
 
 # A winner that catches up (--catch-up): the slots it will run marked, the ones it gives
@@ -156,6 +159,8 @@ class Claim:
     # Why this claim's run starts late ('promotion_wait': it waited that wait out), for
     # its start record.
     late: str | None = None
+    # The host in the census (settings/config.py's host_name; None: none is recorded).
+    host: str | None = None
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The lease as query parameters."""
@@ -165,7 +170,8 @@ class Claim:
                 "backend_pid": self.backend_pid, "slot": self.slot,
                 "handover_from": self.handover_from, "rerun": self.rerun,
                 "limit": self.limit, "final": self.final, "backlog": self.backlog,
-                "windows": self.windows, "late": self.late, **extra}
+                "windows": self.windows, "late": self.late, "host": self.host, **attendee(),
+                **extra}
 
 
 # How far ahead of the database's clock a trigger's slot may be (acquire's SLOT_AHEAD
@@ -192,6 +198,18 @@ class SlotAhead(PglockError):
         super().__init__(f"job {lease.job!r}: slot {slot} not run: it is {by} ahead of the "
                          f"database's clock (this host's clock runs at least {by} fast; is "
                          "NTP running?)")
+
+
+def attendee() -> dict[str, str]:
+    """What a run tells the census of itself besides its host's name (lock/census.py):
+    its pglock (read now: a test may run pglock as an older release) and its Python."""
+    import pglock
+
+    return {"pglock": pglock.__version__, "python": PYTHON}
+
+
+# The Python a run is, as the census records it.
+PYTHON = ".".join(map(str, sys.version_info[:3]))
 
 
 class Attempt(enum.Enum):

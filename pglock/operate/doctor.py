@@ -171,6 +171,7 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
         judged = purpose or _widest(can)
         findings.append(_for_purpose(found, can, purpose))
         checks: list[tuple[str, Callable[[], Finding]]] = [
+            ("census", lambda: census(conn, schema_name, judged)),
             ("terminate", lambda: _signal_backend(conn, judged)),
             ("evict", lambda: _owner_signals(conn, schema_name)),
             ("timeouts", lambda: _timeouts(conn)),
@@ -411,6 +412,61 @@ def _capabilities(conn: psycopg.Connection[Any], name: str,
         return Finding("schema", Level.FAIL, detail, advice), can
     # What it cannot do is judged by the host's purpose (_for_purpose).
     return Finding("schema", Level.OK, detail), can
+
+
+def census(conn: psycopg.Connection[Any], schema_name: str, purpose: Purpose) -> Finding:
+    """The fleet's pglock versions (skew: hosts on an older one than the newest seen) and
+    its silent hosts (one that can no longer run the schema's version is one of them),
+    from the census (docs/operators.md). Read only when the schema is this version's."""
+    try:
+        with conn.transaction():
+            row = conn.execute(schema.query(SCHEMA_VERSION, schema_name)).fetchone()
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        row = None
+    if row is None or row[0] != schema.VERSION:
+        return Finding("census", Level.OK, f"no census to read yet (it comes with schema "
+                       f"version {schema.VERSION}; the next run creates or upgrades it)")
+    from pglock.reports import hosts
+
+    try:
+        with conn.transaction():
+            found = hosts.read(conn, schema_name)
+    except PglockError as error:
+        if purpose is Purpose.RUNNER:
+            return Finding("census", Level.OK, f"not readable by this role, which "
+                           f"{purpose.host} does not need ({database.first_line(error)})")
+        return Finding("census", Level.WARN, f"could not read it: {database.first_line(error)}",
+                       "`pglock init --print-grants --reader-role ROLE`, run by the schema's "
+                       "owner after each upgrade (docs/security.md)")
+    return census_finding(found)
+
+
+def census_finding(found: Any) -> Finding:
+    """The census judged: WARN for version skew or a silent host, naming them."""
+    from pglock.settings.text import escaped
+
+    if not found.hosts:
+        return Finding("census", Level.OK, "no host in the census yet (each run adds its own)")
+    versions = ", ".join(f"{escaped(v)} on {n}" for v, n in found.versions.most_common())
+    detail = f"{len(found.hosts)} hosts, pglock {versions}"
+    problems, advice = [], []
+    if found.skewed:
+        older = ", ".join(escaped(h.name) for h in found.skewed[:10])
+        more = f" and {len(found.skewed) - 10} more" if len(found.skewed) > 10 else ""
+        problems.append(f"version skew: older than {escaped(found.newest)}: {older}{more}")
+        advice.append("upgrade pglock on the older hosts (pglock hosts marks them)")
+    silent = [h for h in found.hosts if h.silent_jobs]
+    if silent:
+        named = ", ".join(f"{escaped(h.name)} ({', '.join(escaped(j) for j in h.silent_jobs)})"
+                          for h in silent[:10])
+        problems.append(f"silent: {named}" + (f" and {len(silent) - 10} more"
+                                              if len(silent) > 10 else ""))
+        advice.append("check those hosts' crontabs and pglock (one that cannot run this "
+                      "schema's version stops attempting), or pglock forget-host NAME for a "
+                      "host retired")
+    if not problems:
+        return Finding("census", Level.OK, f"{detail}; none silent")
+    return Finding("census", Level.WARN, f"{detail}; " + "; ".join(problems), "; ".join(advice))
 
 
 def _signal_backend(conn: psycopg.Connection[Any], purpose: Purpose) -> Finding:

@@ -5,9 +5,10 @@
   SECURITY DEFINER functions, which act only on a claim whose random holder id the caller
   knows, and it cannot read the holder_id column: it takes, renews and releases its own
   claims only.
-- pglock_reader: status, history, check, metrics, doctor: reads, no holder ids, no writes.
-- pglock_operator: both, plus every write of clear, prune, pause, resume, stop, replay
-  and forget.
+- pglock_reader: status, history, check, metrics, doctor, hosts: reads (the census too),
+  no holder ids, no writes.
+- pglock_operator: both, plus every write of clear, prune, pause, resume, stop, replay,
+  forget and forget-host.
 """
 
 from __future__ import annotations
@@ -36,10 +37,10 @@ SEAT_COLUMNS = ("job, seat, seat_limit, mode, holder, holder_pid, fencing_token,
 
 # The run path's functions (db/sql/functions.sql), by signature.
 RUN_FUNCTIONS = (
-    "take(integer, text)",
+    "take(integer, text, timestamptz, interval, text, text, text)",
     "acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint, "
     "boolean, text, text, text, timestamptz, interval, integer, integer, integer, boolean, "
-    "timestamptz[], text[], text, text, text)",
+    "timestamptz[], text[], text, text, text, text, text, text)",
     "catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz)",
     "start_run(text, text, bigint, text, timestamptz, text, text, timestamptz, interval, "
     "integer, integer, text, text)",
@@ -61,7 +62,9 @@ RUN_FUNCTIONS = (
 )
 
 # The tables a reader reads whole (locks and seats: every column but holder_id).
-READ_TABLES = ("meta", "runs", "jobs", "slots", "pauses", "audit", "timelines")
+# The census (hosts, attendance) too: a runner writes it only through acquire.
+READ_TABLES = ("meta", "runs", "jobs", "slots", "pauses", "audit", "timelines", "hosts",
+               "attendance")
 
 _CREATE = """DO $roles$ BEGIN
     CREATE ROLE {role} NOLOGIN;
@@ -77,7 +80,8 @@ GRANT SELECT ON {{schema}}.meta TO {RUNNER};
 GRANT SELECT ({LOCK_COLUMNS}) ON {{schema}}.locks TO {RUNNER};
 """ + "".join(f"GRANT EXECUTE ON FUNCTION {{schema}}.{f} TO {RUNNER};\n"
               for f in RUN_FUNCTIONS) + f"""
--- {READER}: status, history, check, metrics, doctor. Reads only, holder ids excepted.
+-- {READER}: status, history, check, metrics, doctor, hosts. Reads only, holder ids
+-- excepted.
 GRANT USAGE ON SCHEMA {{schema}} TO {READER};
 """ + "".join(f"GRANT SELECT ON {{schema}}.{t} TO {READER};\n" for t in READ_TABLES) + f"""\
 GRANT SELECT ({LOCK_COLUMNS}) ON {{schema}}.locks TO {READER};
@@ -86,7 +90,7 @@ GRANT SELECT ({SEAT_COLUMNS}) ON {{schema}}.seats TO {READER};
 GRANT EXECUTE ON FUNCTION {{schema}}.fence(text, text, bigint) TO {READER};
 
 -- {OPERATOR}: a runner and a reader, plus the writes of clear, prune, pause, resume,
--- stop, replay and forget.
+-- stop, replay, forget and forget-host.
 GRANT {RUNNER}, {READER} TO {OPERATOR};
 GRANT SELECT, INSERT, UPDATE, DELETE ON ALL TABLES IN SCHEMA {{schema}} TO {OPERATOR};
 GRANT USAGE ON ALL SEQUENCES IN SCHEMA {{schema}} TO {OPERATOR};

@@ -79,9 +79,9 @@ WHERE job = %(job)s AND slot >= %(since)s AND outcome <> 'cleared'
 GROUP BY 1
 """
 AUDIT = """
-SELECT id, at, coalesce(job, '') AS job, action, by, reason, detail
+SELECT id, at, coalesce(job, '') AS job, action, by, reason, detail, host
 FROM {schema}.audit
-WHERE (%(job)s::text IS NULL OR job = %(job)s OR job IS NULL)
+WHERE (%(job)s::text IS NULL OR job = %(job)s OR (job IS NULL AND host IS NULL))
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC LIMIT %(limit)s
 """

@@ -43,9 +43,10 @@ SELECT EXISTS (SELECT FROM {schema}.jobs WHERE job = %(job)s)
 """
 # Operator actions on the job (or on every job: job NULL), newest first.
 ACTIONS = """
-SELECT id, at, coalesce(job, '') AS job, action, by, reason, detail
+SELECT id, at, coalesce(job, '') AS job, action, by, reason, detail, host
 FROM {schema}.audit
-WHERE (%(job)s::text IS NULL OR job = %(job)s OR job IS NULL)
+-- A job's actions and those on every job; an action on a host (forget-host) is neither.
+WHERE (%(job)s::text IS NULL OR job = %(job)s OR (job IS NULL AND host IS NULL))
   AND (%(since)s::interval IS NULL OR at >= now() - %(since)s::interval)
 ORDER BY at DESC, id DESC LIMIT %(limit)s
 """
@@ -120,7 +121,8 @@ class RunRow:
 
 @dataclass(frozen=True)
 class Action:
-    """An operator's action: clear, pause, resume, stop, forget (job '' is every job)."""
+    """An operator's action: clear, pause, resume, stop, forget (job '' is every job), or
+    forget-host (`host` names it; job '')."""
 
     id: int
     at: datetime
@@ -129,6 +131,7 @@ class Action:
     by: str
     reason: str | None
     detail: str | None
+    host: str | None = None
 
 
 @dataclass(frozen=True)

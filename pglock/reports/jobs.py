@@ -21,7 +21,8 @@ import psycopg
 
 from pglock.db import database, schema
 from pglock.errors import UsageError
-from pglock.lock import ledger
+from pglock.lock import census, ledger
+from pglock.lock.census import Census
 from pglock.lock.ledger import Outcome
 
 # Outcomes of a finished run ('running' is not one; 'cleared' is an audit row).
@@ -238,6 +239,8 @@ class Weight(enum.Enum):
     SLOW = "slow"
     # WARNING once --skipped-warning slots in a row were skipped while runs went on.
     SKIPPED = "skipped"
+    # WARNING: a host stopped attempting the job (the census; --silent-after).
+    SILENT = "silent"
 
 
 class Problem(enum.StrEnum):
@@ -268,6 +271,9 @@ class Problem(enum.StrEnum):
     # Slots skipped because a run of an earlier slot still held the lock (runs outlast
     # their interval); counted in a row until a run ends having skipped none.
     SKIPPED_RUNNING = ("skipped_running", Weight.SKIPPED, True)
+    # A host that attempted the job before has stopped (the census: lock/census.py);
+    # judged only when the census was read.
+    SILENT_HOST = ("silent_host", Weight.SILENT, True)
 
 
 @dataclass(frozen=True)
@@ -423,6 +429,10 @@ class Job:
     # While inside one of its --window: when that window ends.
     window_until: datetime | None = None
     skipped: Skipped = Skipped()
+    # Its --window list, as its runs recorded it.
+    windows: tuple[str, ...] = ()
+    # Its hosts, judged (None: the census was not read).
+    census: Census | None = None
 
     @property
     def paused_for(self) -> float | None:
@@ -494,11 +504,37 @@ class Snapshot:
 
 
 def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None, *,
-         everything: bool = True) -> Snapshot:
+         everything: bool = True, hosts: bool = False,
+         silent_after: int = census.SILENT_AFTER) -> Snapshot:
     """Every job, or the one named: none while pglock never ran here (no schema yet);
     a schema that `run` would refuse (newer, no version row, a table missing) fails.
     everything=False leaves out the jobs sure to be idle when there are more than
-    LIST_ALL_UPTO jobs, and counts them in `unlisted`."""
+    LIST_ALL_UPTO jobs, and counts them in `unlisted`. hosts=True reads the census too:
+    each job's hosts, judged after `silent_after` slots (Problem.SILENT_HOST)."""
+    snapshot = _read(conn, schema_name, job, everything=everything)
+    if not hosts or not snapshot.jobs:
+        return snapshot
+    found = census.read(conn, schema_name, job)
+    return replace(snapshot, jobs=[attended(j, found.get(j.name, []), silent_after)
+                                   for j in snapshot.jobs])
+
+
+def attended(job: Job, rows: list[census.Attendance],
+             after: int = census.SILENT_AFTER) -> Job:
+    """The job with its hosts judged by the census's rule at the job's `now`."""
+    recorded = census.Recorded(job.schedule, job.timezone,
+                               job.due.grace if job.due is not None else None, job.windows)
+    cutoff = census.since(recorded, job.now, after)
+    found = census.judged(rows, job.now, cutoff, after)
+    problems: tuple[Problem, ...] = tuple(p for p in job.problems
+                                          if p is not Problem.SILENT_HOST)
+    if found.silent:
+        problems = (*problems, Problem.SILENT_HOST)
+    return replace(job, census=found, problems=problems)
+
+
+def _read(conn: psycopg.Connection[Any], schema_name: str, job: str | None, *,
+          everything: bool) -> Snapshot:
     with database.translated(f"cannot read the jobs of schema {schema_name!r}"):
         if not schema.readable(conn, schema_name):
             row = conn.execute("SELECT now()").fetchone()
@@ -587,7 +623,7 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
         lock_state=lock_state, state=state, problems=problems, pause=pause, dead=dead,
         attempt=last_attempt, attempt_limit=attempt_limit,
         seats=None if seat_limit is None else Seats(int(seats_used), seat_limit),
-        slow_after=slow_after, window_until=window_until, skipped=skipped)
+        slow_after=slow_after, window_until=window_until, skipped=skipped, windows=windows)
 
 
 def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun | None,

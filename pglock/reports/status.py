@@ -42,7 +42,9 @@ def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None
          everything: bool = True) -> Status:
     """All jobs' status, or one job's with its recent runs (UnknownJob if never seen);
     everything=False leaves out the idle jobs of a large fleet (counted in `unlisted`)."""
-    snapshot = jobs.read(conn, schema_name, job, everything=everything or job is not None)
+    # One job's status names its hosts (the census); every job's leaves them out.
+    snapshot = jobs.read(conn, schema_name, job, everything=everything or job is not None,
+                         hosts=job is not None)
     if job is not None and not snapshot.jobs:
         raise UnknownJob(snapshot.unknown(job, schema_name))
     runs: list[history.RunRow] = []

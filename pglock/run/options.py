@@ -15,7 +15,14 @@ from pglock.errors import ExitStatus, UsageError
 from pglock.lock.heartbeat import check_ttl
 from pglock.run import output
 from pglock.run.notify import NotifyOptions
-from pglock.settings.config import check_job, check_text, configured_schema, normalized_job
+from pglock.settings.config import (
+    check_host,
+    check_job,
+    check_text,
+    configured_schema,
+    host_name,
+    normalized_job,
+)
 from pglock.settings.durations import (
     CATCH_UP_LIMIT,
     DURATIONS,
@@ -66,6 +73,9 @@ class RunOptions:
     on_lost: str = "kill"
     conflict_exit_code: int = ExitStatus.CONFLICT
     holder: str = field(default_factory=socket.gethostname)
+    # This host's name in the census (config.host_name: PGLOCK_HOST, the config file's
+    # `host`, the system's); the holder's default too.
+    host: str = field(default_factory=socket.gethostname)
     connect_timeout: float = 10.0
     schedule: str | None = None
     tz: str | None = None
@@ -121,7 +131,9 @@ class RunOptions:
             # As --job '': an empty value is an unset variable, most likely, not a name.
             raise UsageError("--holder: the holder name is empty (leave --holder out for "
                              "the host name)")
-        if len(self.holder) > 200:
+        check_host(self.host, "the host name")
+        # The host name, the holder's default, is checked as one (up to 255 bytes).
+        if len(self.holder) > 200 and self.holder != self.host:
             raise UsageError("--holder must be 1-200 characters")
         if self.min_hold is not None and self.min_hold < 0:
             raise UsageError("--min-hold must not be negative")
@@ -268,6 +280,7 @@ def _arg_max() -> int:
 
 def run_options(v: Mapping[str, Any]) -> RunOptions:
     """run's parameters checked and converted, as RunOptions (UsageError: the bad one)."""
+    host = host_name()
     return RunOptions(
         job=v["job"], command=v["command"] or [], schema=configured_schema(v["schema"]),
         mode=v["mode"],
@@ -279,7 +292,7 @@ def run_options(v: Mapping[str, Any]) -> RunOptions:
         max_runtime=_optional_duration(v["max_runtime"], "--max-runtime"),
         kill_after=parse_duration(v["kill_after"], option="--kill-after"),
         on_lost=v["on_lost"], conflict_exit_code=v["conflict_exit_code"],
-        holder=socket.gethostname() if v["holder"] is None else v["holder"],
+        holder=host if v["holder"] is None else v["holder"], host=host,
         connect_timeout=parse_duration(v["connect_timeout"], option="--connect-timeout"),
         schedule=v["schedule"], tz=v["tz"],
         deadline=_optional_duration(v["deadline"], "--deadline"),

@@ -149,7 +149,7 @@ class Slot:
         claim = lease.Claim(job=options.job, schema=options.schema, ttl=options.ttl,
                             mode=options.mode, holder=options.holder,
                             slot=None if scheduled is None else scheduled.slot,
-                            rerun=options.rerun, limit=options.limit)
+                            rerun=options.rerun, limit=options.limit, host=options.host)
         if scheduled is not None:
             claim.windows = [w.text for w in options.parsed_windows()] or None
             claim.backlog = _backlog(options, scheduled)

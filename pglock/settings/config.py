@@ -18,8 +18,9 @@ DEFAULT_SCHEMA = "pglock"
 # `dsn` would otherwise send the fleet to the embedded, this-host-only server.
 # `jobs` holds a table per job (`[jobs.NAME]`), checked by jobsfile.py when a job is run.
 # `embedded_linger` is a duration: a string ("10m") or a number of seconds (0).
+# `host` names this host in the census (host_name), checked where it is used.
 CONFIG_KEYS: dict[str, type] = {"dsn": str, "schema": str, "embedded": bool,
-                                 "embedded_linger": float, "jobs": dict}
+                                 "embedded_linger": float, "jobs": dict, "host": object}
 # A config file larger than this is not one (PGLOCK_CONFIG=/dev/zero would be read until
 # memory ran out): a jobs file of 10,000 jobs is well under it.
 CONFIG_LIMIT = 4 << 20
@@ -159,6 +160,8 @@ def _check_keys(path: Path, values: dict[str, object]) -> None:
         elif expected is bool:
             if not isinstance(value, bool):
                 raise ConfigError(f"config file {shown(str(path))}: {key} must be true or false")
+        elif expected is object:
+            continue
         elif expected is float:
             if isinstance(value, bool) or not isinstance(value, int | float | str):
                 raise ConfigError(f"config file {shown(str(path))}: {key} must be a duration "
@@ -275,6 +278,45 @@ def configured_schema(schema_option: str | None) -> str:
         raise UsageError(f"--schema: '{shown(schema)}' is PostgreSQL's own schema; pglock "
                          f"needs one of its own (the default is {DEFAULT_SCHEMA})")
     return schema
+
+
+# The longest host name in the census (bytes): DNS's limit on a whole name.
+HOST_LIMIT = 255
+
+
+def host_name() -> str:
+    """This host's name in the census (docs/operators.md, "The census"): PGLOCK_HOST, else
+    `host` in the config file (containers whose host names are random), else the system's
+    host name. UsageError, naming where it came from, for one that is empty, longer than
+    HOST_LIMIT bytes, or holds a control character."""
+    import socket
+
+    variable = os.environ.get("PGLOCK_HOST")
+    if variable is not None:
+        return check_host(variable, "PGLOCK_HOST")
+    path, values = read_config_file()
+    if "host" in values:
+        value = values["host"]
+        where = f"config file {shown(str(path))}: host"
+        if not isinstance(value, str):
+            raise UsageError(f"{where} must be a string (this host's name in the census)")
+        return check_host(value, where)
+    return check_host(socket.gethostname(), "the system's host name (set PGLOCK_HOST)")
+
+
+def check_host(name: str, what: str) -> str:
+    """A host name is 1-255 bytes of UTF-8 without control characters; anything else in it
+    is data."""
+    check_text(name, what)
+    if not name.strip():
+        raise UsageError(f"{what}: the host name is empty")
+    if len(name.encode()) > HOST_LIMIT:
+        raise UsageError(f"{what}: the host name is {len(name.encode())} bytes long; the "
+                         f"limit is {HOST_LIMIT}")
+    if has_control(name):
+        raise UsageError(f"{what}: the host name '{shown(name)}' contains a control "
+                         "character")
+    return name
 
 
 def check_job(job: str, what: str = "--job") -> str:

@@ -203,6 +203,21 @@ def backlog(schedule: Schedule, current: datetime, limit: int,
     return found[::-1]
 
 
+def recent(schedule: Schedule, at: datetime, count: int,
+           windows: tuple[Window, ...] = ()) -> list[datetime]:
+    """The `count` latest fire times at or before `at`, newest first, those in a window
+    left out (no host attempts those); fewer when MISSED_LIMIT of them are in windows."""
+    found: list[datetime] = []
+    times = _fire_times(schedule, _utc(at) + _HAIR, backward=True)
+    for _ in range(MISSED_LIMIT + count):
+        if len(found) >= count:
+            break
+        moment = next(times)
+        if not windows or window_end(windows, moment) is None:
+            found.append(moment)
+    return found
+
+
 def count_between(schedule: Schedule, after: datetime, before: datetime,
                   windows: tuple[Window, ...] = ()) -> tuple[int, datetime | None]:
     """Fire times strictly between two moments, outside the windows (up to MISSED_LIMIT),

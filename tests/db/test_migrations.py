@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -443,3 +444,47 @@ def test_a_run_started_under_version_8_retries_through_the_upgrade_to_9(env: Env
     assert [(r["attempt"], r["outcome"], r["trace_id"]) for r in env.runs("old")] == [
         (1, "failed", None), (2, "succeeded", None)]
     assert env.runs("new")[0]["trace_id"] == "a" * 32
+
+
+# What a pglock of version 8 sends to take a lock and record its run's start (its acquire,
+# before the census's parameters), and to renew it.
+V8_HOLD = """
+SELECT token, run_id FROM {schema}.acquire(
+    8, %(job)s, 'lease', %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s, NULL, NULL,
+    false, 'sleep 60', NULL, NULL, NULL, NULL, 0, 1, 1, true, NULL, NULL)
+"""
+
+
+def test_version_9_starts_an_empty_census_and_a_version_8_holder_runs_on(env: Env) -> None:
+    """The census (issue 44) is empty after the upgrade and filled by the next runs; a
+    holder that took its lock through version 8's acquire renews, is contended for, and
+    records its end through the functions it knows."""
+    claim = lease.Claim(job="held", schema=env.schema, ttl=60)
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(as_released(env.schema, 8))
+        row = conn.execute(schema.query(V8_HOLD, env.schema), claim.params()).fetchone()
+        assert row is not None and row[0] is not None
+        claim.fencing_token, run_id = row
+        schema.ensure(conn, env.schema)  # the upgrade, as the first pglock 9 makes it
+    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [("9",)]
+    assert env.query("SELECT count(*) FROM {schema}.hosts") == [(0,)]
+    assert env.query("SELECT count(*) FROM {schema}.attendance") == [(0,)]
+    # A host of the new version loses to the old holder, and is in the census for it.
+    contender = env.run("run", "--job", "held", "--", "true", env={"PGLOCK_HOST": "web-9"})
+    assert (contender.returncode, contender.stderr) == (75, ""), contender
+    assert env.query("SELECT job, host, outcome FROM {schema}.attendance") == [
+        ("held", "web-9", "held")]
+    assert env.query("SELECT host, version FROM {schema}.hosts") == [("web-9", "0.1.0")]
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        assert lease.renew(conn, claim)[0] is lease.Renewal.OURS
+        ended = conn.execute(schema.query(V5_FINISH, env.schema), claim.params(
+            run_id=run_id, min_hold=timedelta(0), keep=False, duration=timedelta(seconds=1),
+            exit_code=0, signal=None, outcome="succeeded", error=None, output_tail=None,
+            closes=False, hopeless=False, error_line=None, lost_error=None,
+            lost_error_line=None)).fetchone()
+        assert ended is not None and ended[:3] == (True, False, True)
+    after = env.run("run", "--job", "held", "--", "true", env={"PGLOCK_HOST": "web-9"})
+    assert (after.returncode, after.stderr) == (0, ""), after
+    assert [r["outcome"] for r in env.runs("held")] == ["succeeded", "succeeded"]
+    # The old holder is in no census: it ran a pglock that knew none.
+    assert env.query("SELECT host, outcome FROM {schema}.attendance") == [("web-9", "ran")]

@@ -56,8 +56,9 @@ def test_a_healthy_setup_is_all_ok(env: Env, sync_pair: Pair) -> None:
     lines = result.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["OK"] * len(lines)
     assert [line.split()[1] for line in lines] == [
-        "database", "password", "server", "engine", "platform", "schema", "terminate",
-        "evict", "timeouts", "commit", "connections", "pooling", "replication", "clock"]
+        "database", "password", "server", "engine", "platform", "schema", "census",
+        "terminate", "evict", "timeouts", "commit", "connections", "pooling", "replication",
+        "clock"]
     assert "1 standby(s), 1 synchronous" in result.stdout
 
 

@@ -19,7 +19,7 @@ from pglock.db import schema
 from pglock.lock import lease, ledger
 
 KINDS = ("runner", "reader", "operator")
-REFUSED = re.compile(r"pglock: pglock (\w+) needs the (pglock_\w+) role "
+REFUSED = re.compile(r"pglock: pglock ([\w-]+) needs the (pglock_\w+) role "
                      r"\(permission denied for (table|function|schema) [\w\"]+\)")
 
 
@@ -61,6 +61,7 @@ OPERATOR_COMMANDS: tuple[tuple[str, ...], ...] = (
     ("pause", "--job", "j-lease", "--reason", "test"),
     ("resume", "--job", "j-lease"),
     ("forget", "--job", "j-lease", "--reason", "test"),
+    ("forget-host", "nowhere", "--reason", "test"),
 )
 
 
@@ -89,7 +90,12 @@ def test_the_runner_runs_jobs_in_both_modes_and_nothing_else(env: Env,
     assert (seated.returncode, seated.stdout, seated.stderr) == (0, "1\n", ""), seated
     for args in OPERATOR_COMMANDS:
         assert refused(env, runner, *args) == (1, args[0], "pglock_operator")
-    reads: tuple[tuple[str, ...], ...] = (("status",), ("history",), ("metrics",))
+    # Its runs, winners and losers, are in the census: acquire wrote it for them.
+    assert env.query("SELECT job, count(*) FROM {schema}.attendance GROUP BY job "
+                     "ORDER BY job") == [("j-advisory", 1), ("j-lease", 1), ("j-nested", 1),
+                                          ("j-seats", 1)]
+    reads: tuple[tuple[str, ...], ...] = (("status",), ("history",), ("metrics",),
+                                          ("hosts",))
     for args in reads:
         code, command, role = refused(env, runner, *args)
         assert (command, role) == (args[0], "pglock_reader")
@@ -110,7 +116,8 @@ def test_the_reader_reads_and_is_refused_run_and_operating(env: Env,
     reads: tuple[tuple[str, ...], ...] = (
         ("status",), ("status", "--json"), ("status", "--job", "j-lease"),
         ("status", "--job", "j-seats"), ("history",),
-        ("history", "--job", "j-lease"), ("check",), ("metrics",))
+        ("history", "--job", "j-lease"), ("check",), ("metrics",), ("hosts",),
+        ("hosts", "--job", "j-lease"), ("hosts", "--json"))
     for args in reads:
         result = env.run(*args, "--dsn", reader)
         assert (result.returncode, result.stderr) == (0, ""), (args, result)
@@ -191,7 +198,12 @@ def test_a_runner_cannot_take_over_a_live_lease(env: Env, roles: dict[str, str])
                     "SELECT * FROM {schema}.runs",
                     "SELECT {schema}.advisory_key('held')",
                     "SELECT * FROM {schema}.record_start('held', NULL, 'lease', 'h', 1, 'x', "
-                    "99, 'true', NULL, NULL, NULL, NULL, 0, 1, NULL, NULL, NULL)"):
+                    "99, 'true', NULL, NULL, NULL, NULL, 0, 1, NULL, NULL, NULL)",
+                    # The census: written by acquire alone, read by readers.
+                    "SELECT * FROM {schema}.attendance", "SELECT * FROM {schema}.hosts",
+                    "DELETE FROM {schema}.hosts",
+                    "SELECT {schema}.attend('h', '9', '3', 'held', NULL, '1m', true, false, "
+                    "false)"):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
                     conn.execute(schema.query(statement, env.schema))
             # The functions, with a guessed holder id and the real (public) token.
@@ -231,9 +243,9 @@ def test_the_run_path_is_only_functions_and_public_cannot_call_them(env: Env) ->
         "SELECT p.proname, p.prosecdef, p.proconfig, "
         "has_function_privilege('public', p.oid, 'EXECUTE') "
         "FROM pg_proc p WHERE p.pronamespace = %s::regnamespace ORDER BY 1", (env.schema,))
-    helpers = ("advisory_horizon", "advisory_key", "evict", "granted", "incarnation",
-               "keeps", "next_token", "record_start", "seat_takeable", "session_holds",
-               "sighting", "takeable", "timeline")
+    helpers = ("advisory_horizon", "advisory_key", "attend", "evict", "granted",
+               "incarnation", "keeps", "next_token", "record_start", "seat_takeable",
+               "session_holds", "sighting", "takeable", "timeline")
     # Two start_run: version 8's signature stays for the pglocks running through an upgrade.
     assert [r[0] for r in rows] == sorted([
         "acquire", "catch_up", "fence", "finish", "holds", "missed", "note", "note_windows",

@@ -314,6 +314,64 @@ WITH claim AS (
 SELECT id, started_at, attempt, limit_ FROM started
 $$;
 
+-- attend: the census (docs/operators.md, "The census"): this host attempted the job, and
+-- how the attempt came out (won: it ran; else the slot was done, the job paused, or the
+-- lock held). Called by acquire once the outcome is known, inside its statement: a loser
+-- still sends one. The attempt is rewritten at most once a minute of the database's clock
+-- (a winner that lost earlier in the same minute, with --wait, records that it ran), in
+-- an unlogged table: no WAL. The host's row (logged) is read only when the attempt was
+-- written, and written only when the host is new, its versions changed, or it attempted
+-- this job a second time (the job joins those it attends). An unnamed host (NULL, as a
+-- pglock of an older version sends none) is none.
+CREATE OR REPLACE FUNCTION {schema}.attend(
+    p_host text, p_pglock text, p_python text, p_job text, p_slot timestamptz,
+    p_ttl interval, p_won boolean, p_slot_ran boolean, p_paused boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_minute timestamptz := date_trunc('minute', clock_timestamp());
+    v_outcome text := CASE WHEN p_won THEN 'ran' WHEN p_slot_ran THEN 'slot_done'
+                           WHEN p_paused THEN 'paused' ELSE 'held' END;
+    v_gaps integer;
+    v_host record;
+BEGIN
+    IF p_host IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO {schema}.attendance AS a
+        (job, host, first_attempt, ttl, outcome, last_attempt, slot)
+    VALUES (p_job, p_host, v_now, p_ttl, v_outcome, v_now, p_slot)
+    ON CONFLICT (job, host) DO UPDATE SET
+        ttl = excluded.ttl, outcome = excluded.outcome, last_attempt = excluded.last_attempt,
+        slot = excluded.slot,
+        -- The seconds since the last recorded attempt, the newest last (5 kept); not for
+        -- a win recorded in the minute of its own earlier try.
+        gaps = CASE WHEN date_trunc('minute', a.last_attempt) < v_minute
+                    THEN (a.gaps || round(extract(epoch FROM v_now - a.last_attempt))::int)
+                         [greatest(1, cardinality(a.gaps) - 3):]
+                    ELSE a.gaps END
+    WHERE date_trunc('minute', a.last_attempt) < v_minute OR (p_won AND a.outcome <> 'ran')
+    RETURNING cardinality(a.gaps) INTO v_gaps;
+    IF v_gaps IS NULL THEN
+        -- Recorded already this minute.
+        RETURN;
+    END IF;
+    SELECT h.version, h.python, p_job = ANY(h.jobs) AS attends INTO v_host
+    FROM {schema}.hosts h WHERE h.host = p_host;
+    IF NOT FOUND THEN
+        INSERT INTO {schema}.hosts (host, first_seen, version, python)
+        VALUES (p_host, v_now, p_pglock, p_python) ON CONFLICT (host) DO NOTHING;
+    ELSIF (v_host.version, v_host.python) IS DISTINCT FROM (p_pglock, p_python)
+          OR (v_gaps > 0 AND NOT v_host.attends) THEN
+        UPDATE {schema}.hosts SET version = p_pglock, python = p_python,
+            jobs = CASE WHEN v_gaps > 0 AND NOT p_job = ANY(jobs) THEN jobs || p_job
+                        ELSE jobs END
+        WHERE host = p_host;
+    END IF;
+END
+$$;
+
 -- takeable: whether a contender may take the job's lock row over, by the rules of
 -- docs/lease.md, the wait after a promotion aside: the row has expired, or is the
 -- caller's own (an acquire sent again), or (advisory) its holder provably lost its
@@ -354,8 +412,11 @@ $$;
 -- the holder's own. Session locks stack: one this session holds already (a holder's own
 -- statement sent again) is not taken twice. A holder stopped or cut off past its
 -- horizon, whose session lives on, is ended first (evict), so that its job is taken over
--- (version 9). It acts only when the caller's version is the schema's (as acquire).
-CREATE OR REPLACE FUNCTION {schema}.take(p_version integer, p_job text)
+-- (version 9). A loser records its host's attempt in the census (attend), as acquire
+-- does. It acts only when the caller's version is the schema's (as acquire).
+CREATE OR REPLACE FUNCTION {schema}.take(
+    p_version integer, p_job text, p_slot timestamptz, p_ttl interval, p_host text,
+    p_pglock text, p_python text)
 RETURNS TABLE (schema_version integer, taken boolean, session_pid integer)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -375,6 +436,11 @@ BEGIN
             IF {schema}.evict(p_job) THEN
                 taken := pg_try_advisory_lock({schema}.advisory_key(p_job));
             END IF;
+        END IF;
+        IF NOT taken THEN
+            -- The census: a loser to another session's lock sends no other statement.
+            PERFORM {schema}.attend(p_host, p_pglock, p_python, p_job, p_slot, p_ttl,
+                                    false, false, false);
         END IF;
     END IF;
     RETURN NEXT;
@@ -403,13 +469,17 @@ $$;
 -- (promotion_wait), so that a trigger can wait for it and try once more (p_late then
 -- says so on its run). A traced run's trace and span ids (version 9) go on the start it
 -- records.
+-- The census (version 9): every caller of this version, winner or loser, records its
+-- host's attempt (attend), named by p_host, with its pglock and Python versions (an
+-- advisory loser, in take).
 CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_version integer, p_job text, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_ttl interval, p_slot timestamptz, p_handover_from bigint,
     p_rerun boolean, p_command text, p_schedule text, p_timezone text,
     p_next_slot timestamptz, p_grace interval, p_retries integer, p_attempt integer,
     p_limit integer, p_final boolean, p_backlog timestamptz[], p_windows text[],
-    p_late text, p_trace_id text, p_span_id text)
+    p_late text, p_trace_id text, p_span_id text, p_host text, p_pglock text,
+    p_python text)
 RETURNS TABLE (schema_version integer, session_held boolean, slot_ran boolean,
                is_paused boolean, token bigint, first_handover bigint, held_by text,
                run_id bigint, run_started_at timestamptz, run_attempt integer,
@@ -526,6 +596,8 @@ BEGIN
             END LOOP;
         END IF;
         IF token IS NULL THEN
+            PERFORM {schema}.attend(p_host, p_pglock, p_python, p_job, p_slot, p_ttl,
+                                    false, false, false);
             -- Any value lets a waiter take a seat in its hold on its next try.
             first_handover := 0;
             SELECT string_agg(s.holder, ', ' ORDER BY s.seat) INTO held_by
@@ -597,6 +669,9 @@ BEGIN
                                        + greatest(l.longest_ttl, l.ttl, p_ttl))
         RETURNING l.fencing_token INTO token;
     END IF;
+    -- The census: who attempted, and how it came out (a won seat comes here too).
+    PERFORM {schema}.attend(p_host, p_pglock, p_python, p_job, p_slot, p_ttl,
+                            token IS NOT NULL, slot_ran, is_paused);
     IF token IS NULL THEN
         -- The first holder a contender that starts waiting now may take over from at its
         -- release: the one running, or (released, in its hold) whoever takes it next.
@@ -1193,7 +1268,10 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
                           text, timestamptz, interval, integer, integer, text, text, text),
     {schema}.acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint,
                      boolean, text, text, text, timestamptz, interval, integer, integer,
-                     integer, boolean, timestamptz[], text[], text, text, text),
+                     integer, boolean, timestamptz[], text[], text, text, text, text, text,
+                     text),
+    {schema}.attend(text, text, text, text, timestamptz, interval, boolean, boolean,
+                    boolean),
     {schema}.catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz),
     {schema}.start_run(text, text, bigint, text, timestamptz, text, text, timestamptz,
                        interval, integer, integer),
@@ -1205,7 +1283,7 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
     {schema}.next_token(bigint, bigint), {schema}.advisory_horizon(interval),
     {schema}.granted(bigint, interval), {schema}.keeps(bigint, timestamptz, timestamptz),
     {schema}.evict(text), {schema}.missed(text, timestamptz, text, integer),
-    {schema}.take(integer, text),
+    {schema}.take(integer, text, timestamptz, interval, text, text, text),
     {schema}.takeable({schema}.locks, text, text, text, boolean, bigint),
     {schema}.seat_takeable({schema}.seats, text, boolean, bigint),
     {schema}.release(text, text, bigint, interval, timestamptz),

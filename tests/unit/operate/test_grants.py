@@ -50,6 +50,7 @@ def test_the_runner_gets_the_functions_revoked_from_public() -> None:
         "granted(bigint, interval)", "keeps(bigint, timestamptz, timestamptz)", "evict(text)",
         "takeable({schema}.locks, text, text, text, boolean, bigint)",
         "seat_takeable({schema}.seats, text, boolean, bigint)",
+        "attend(text, text, text, text, timestamptz, interval, boolean, boolean, boolean)",
         "record_start(text, timestamptz, text, text, integer, text, bigint, text, text, text, "
         "timestamptz, interval, integer, integer, text, text, text)"}
 

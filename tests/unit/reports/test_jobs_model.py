@@ -88,7 +88,8 @@ def test_each_problem_has_a_weight_and_a_reason() -> None:
     assert set(check.REASONS) == set(Problem)
     assert all(isinstance(problem.weight, jobs.Weight) for problem in Problem)
     assert sorted(p for p in Problem if p.counted) == [P.DEAD, P.FAILED, P.OVERDUE, P.PAUSED,
-                                                        P.SKIPPED_RUNNING, P.SLOW, P.STALE]
+                                                        P.SILENT_HOST, P.SKIPPED_RUNNING,
+                                                        P.SLOW, P.STALE]
     assert P.DEAD.weight is jobs.Weight.CRITICAL
 
 
