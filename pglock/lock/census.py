@@ -149,6 +149,17 @@ class Census:
     def silent(self) -> list[Attendance]:
         return [a for a in self.hosts if a.standing is Standing.SILENT]
 
+    @property
+    def ttls(self) -> dict[float, list[str]]:
+        """The ttls the hosts that fire the job ran it with, each with its hosts: more
+        than one is drift (docs/ha.md, "One ttl per job": the wait after a promotion is as
+        long as the longest)."""
+        found: dict[float, list[str]] = {}
+        for a in self.attending:
+            if a.ttl is not None:
+                found.setdefault(a.ttl, []).append(a.host)
+        return dict(sorted(found.items()))
+
 
 def read(conn: psycopg.Connection[Any], schema_name: str,
          job: str | None = None) -> dict[str, list[Attendance]]:
