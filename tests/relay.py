@@ -16,9 +16,9 @@ class Relay:
     refuses them for good. Held (hold(), until flow()), nothing passes either way, an end
     included, as through a network that drops every packet: TCP delivers it all after."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, port: int = 0) -> None:
         self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.listener = socket.create_server(("127.0.0.1", port), backlog=64)
         self.port = self.listener.getsockname()[1]
         self.down = threading.Event()
         self.flowing = threading.Event()
