@@ -387,6 +387,33 @@ def test_the_single_file_is_fast_and_silent_for_a_user_without_a_writable_home(
 
 
 @pytest.mark.slow
+def test_the_single_file_without_a_python_it_is_for_says_one_line(installed: Installed) -> None:
+    """pex's own words would be the 36 interpreter names it looked for (exit 1), or a
+    paragraph about a Python 3.10: one line, exit 125, as the Debian package's launcher.
+    The host has no Python 3.10: a python3.10 on PATH that fails the version check as one
+    would stands in for it; a python3 named only so is asked its version, not refused."""
+    stand_in = installed.host.root / "pkg/py310/python3.10"
+    stand_in.parent.mkdir(exist_ok=True)
+    stand_in.write_text("#!/bin/sh\nexit 1\n")
+    stand_in.chmod(0o755)
+    named = installed.host.root / "pkg/py3"
+    named.mkdir(exist_ok=True)
+    for name, target in (("python3", f"/usr/bin/python{installed.python}"),
+                         ("ldd", "/usr/bin/ldd")):  # pex asks ldd whether libc is musl
+        with contextlib.suppress(FileExistsError):
+            (named / name).symlink_to(target)
+    fresh = {"PEX_ROOT": "/pkg/pex-root"}  # not installed there: the header picks a Python
+    expected = ("pglock: this file runs on CPython 3.11 to 3.14 (python3.11 ... python3.14 on "
+                "PATH); found: ")
+    for path, found in (("/pkg/none", "none"), ("/pkg/py310", "/pkg/py310/python3.10")):
+        done = installed.host.sh(f"PATH={path} exec {SINGLE} --version", fresh)
+        assert (done.returncode, done.stdout, done.stderr) == (125, "", expected + found + "\n")
+    done = installed.host.sh(f"PATH=/pkg/py3 exec {SINGLE} --version", fresh)
+    assert (done.returncode, done.stderr) == (0, ""), done.stderr
+    assert f"Python {installed.python}." in done.stdout
+
+
+@pytest.mark.slow
 @pytest.mark.parametrize("over", ["tcp", "socket"])
 @pytest.mark.parametrize("program", BOTH)
 def test_a_run_succeeds_silently_and_is_recorded(installed: Installed, env: Env,
