@@ -91,6 +91,11 @@ def _distributions() -> list[object]:
     return [*native, *emulated]
 
 
+# The first test of a distribution sets up its host (and the first of all builds both
+# artifacts from a fresh clone, wheels fetched): minutes on a loaded 2-core machine.
+pytestmark = pytest.mark.timeout(900)
+
+
 # ---------------------------------------------------------------- the lock (fast)
 
 
@@ -308,7 +313,7 @@ def installed(distribution: Distribution, builds: Builds, dsn: str,
         # apt, as docs/fleet.md has it, with nothing to fetch: python3 is there already.
         done = host.sh(f"apt-get install --yes -qq /pkg/{built.deb.name} "
                        f"&& install -m 0755 /pkg/{built.single.name} {SINGLE}",
-                       {"DEBIAN_FRONTEND": "noninteractive"})
+                       {"DEBIAN_FRONTEND": "noninteractive"}, timeout=300)
         assert done.returncode == 0, done.stdout + done.stderr
         python = os.readlink(root / "usr/bin/python3").removeprefix("python")
         yield Installed(distribution, python, host, built, before)
