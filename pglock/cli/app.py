@@ -31,6 +31,11 @@ class _Windows(click.ParamType):
     name = "text"
     envvar_list_splitter = WINDOW_SEPARATOR
 
+    def split_envvar_value(self, rv: str) -> list[str]:
+        # A trailing or doubled ';', or blanks alone, add no window (an empty variable is
+        # unset to click already).
+        return [item for item in rv.split(self.envvar_list_splitter) if item.strip()]
+
     def convert(self, value: object, param: click_core.Parameter | None,
                 ctx: click_core.Context | None) -> str:
         return str(value).strip()
@@ -186,7 +191,8 @@ def run(
                           "or past --deadline.")] = int(ExitStatus.CONFLICT),
     holder: Annotated[str | None, typer.Option(envvar="PGLOCK_HOLDER", show_default=False,
         metavar="NAME",
-        help="Identity recorded and shown [default: host name].")] = None,
+        help="Identity recorded and shown [default: the host name: PGLOCK_HOST, else host "
+             "in the config file, else the system's].")] = None,
     schedule: Annotated[str | None, typer.Option(envvar="PGLOCK_SCHEDULE", metavar="CRON",
         show_default=False,
         help="The job's crontab expression: each slot runs once, overdue slots show in "
@@ -258,6 +264,11 @@ def run(
         metavar="PATH|syslog", show_default=False,
         help="Append one JSON line per event (skipped, acquired, started, finished, ...) to "
              "PATH, or send it to syslog (syslog:/path/to/socket for another socket).")] = None,
+    trace_skips: Annotated[bool, typer.Option(envvar="PGLOCK_TRACE_SKIPS",
+        help="When the run is traced (TRACEPARENT or OTEL_EXPORTER_OTLP_ENDPOINT set: "
+             "docs/monitoring.md, Tracing): a span for a trigger that did not run too "
+             "(held elsewhere, slot done, paused...); by default only a run that ran has "
+             "one.")] = False,
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: RunConnectTimeout = "10s",
@@ -379,8 +390,9 @@ def full_app() -> typer.Typer:
     # In this order, the order of `pglock --help`: the on-call commands before monitoring.
     # `serve` lives in the wing above this one (pglock/serve/, docs/development.md): it
     # registers here by name, as the others do, and imports its web stack only when run.
-    for module in ("pglock.cli.operator", "pglock.cli.control", "pglock.cli.monitor",
-                   "pglock.cli.jobs", "pglock.cli.doctor", "pglock.serve.command"):
+    for module in ("pglock.cli.operator", "pglock.cli.control", "pglock.cli.census",
+                   "pglock.cli.monitor", "pglock.cli.jobs", "pglock.cli.doctor",
+                   "pglock.serve.command"):
         importlib.import_module(module)
     return app
 
@@ -467,6 +479,46 @@ def _repeated_option(command: typer.core.TyperCommand | typer.core.TyperGroup,
     return None
 
 
+def _unicode_number(command: typer.core.TyperCommand | typer.core.TyperGroup,
+                    args: list[str]) -> str | None:
+    """The refusal of a whole number written in other digits than 0-9 (Arabic-Indic,
+    superscript, fullwidth): click's int() takes every script's digits, which no one
+    means (`--retries`, PGLOCK_LIMIT). Anything int() refuses is click's to say."""
+    options = [param for param in command.params if isinstance(param, typer.core.TyperOption)]
+    by_name = {name: param for param in options for name in param.opts}
+    given: set[str] = set()
+    i = 0
+    while i < len(args) and args[i] != "--" and args[i].startswith("-"):
+        name, equals, value = args[i].partition("=")
+        param = by_name.get(name)
+        takes = param is not None and not param.is_flag and not equals
+        if takes and i + 1 < len(args):
+            value = args[i + 1]
+        if param is not None and isinstance(param.type, click.IntParamType):
+            given.add(param.name or "")
+            if _foreign_digits(value):
+                return f"Invalid value for '{max(param.opts, key=len)}': {value!r} is not a " \
+                       "valid int (digits 0-9)."
+        i += 1 + takes
+    for param in options:
+        variable = param.envvar if isinstance(param.envvar, str) else None
+        value = os.environ.get(variable, "") if variable else ""
+        if isinstance(param.type, click.IntParamType) and param.name not in given \
+                and _foreign_digits(value):
+            return f"Invalid value for '{max(param.opts, key=len)}' (env var: " \
+                   f"'{variable}'): {value!r} is not a valid int (digits 0-9)."
+    return None
+
+
+def _foreign_digits(value: str) -> bool:
+    """Whether int() reads `value` though it is not written in the digits 0-9."""
+    try:
+        int(value)
+    except ValueError:
+        return False
+    return not value.strip().lstrip("+-").replace("_", "").isascii()
+
+
 def main(argv: list[str] | None = None) -> int:
     """Entry point and the one error boundary: one line on stderr for bad input and for
     pglock's own failures, never a traceback (but with -v), and the documented exit code."""
@@ -506,6 +558,8 @@ def _outcome(args: list[str], checking: bool) -> int:
         return _usage_error(f"the argument {bad} is not valid UTF-8", args, None)
     if (repeated := _repeated_option(command, rest)) is not None:
         return _usage_error(repeated, args, None)
+    if (number := _unicode_number(command, rest)) is not None:
+        return _usage_error(number, args, f"pglock {command.name}")
 
     def invoked() -> int:
         try:
@@ -518,6 +572,11 @@ def _outcome(args: list[str], checking: bool) -> int:
                 import errno
 
                 raise OutputFailed(OSError(errno.EPIPE, os.strerror(errno.EPIPE))) from None
+            raise
+        except OSError as error:
+            # click's own writing (--help) to a full disk: as pglock's own writing says it.
+            if _written_by_click(error):
+                raise OutputFailed(error) from None
             raise
 
     try:
@@ -534,6 +593,19 @@ def _outcome(args: list[str], checking: bool) -> int:
         return _usage_error(error.format_message(), args, None)
     except typer.Abort:
         return ExitStatus.SIGNALLED + 2
+
+
+def _written_by_click(error: OSError) -> bool:
+    """Whether `error` was raised by click's echo (the help it prints), not by a command."""
+    from typer._click import utils
+
+    trace = error.__traceback__
+    while trace is not None:
+        frame = trace.tb_frame
+        if frame.f_code is utils.echo.__code__:
+            return True
+        trace = trace.tb_next
+    return False
 
 
 def _named_as_given(error: Exception) -> None:

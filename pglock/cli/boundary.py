@@ -11,6 +11,7 @@ import errno
 import io
 import logging
 import os
+import re
 import sys
 import warnings
 from collections.abc import Callable
@@ -23,6 +24,7 @@ from pglock.errors import (
     PglockError,
     PrivilegeError,
     SchemaError,
+    UsageError,
     refused_privilege,
 )
 
@@ -100,7 +102,7 @@ def guarded(command: Callable[[], int], args: list[str], checking: bool,
     except OutputFailed as error:
         return output_failed(error, args)
     except PglockError as error:
-        error = privilege_named(error, args)
+        error = variable_named(privilege_named(error, args), args)
         say_error(str(error), error, args)
         if checking and not _State.output_configured:
             # Refused while its options were parsed (a bad --job): UNKNOWN, as for click's.
@@ -136,6 +138,29 @@ def privilege_named(error: Exception, args: list[str]) -> PglockError:
     privilege = PrivilegeError(args[0] if args else "pglock", detail)
     privilege.__cause__ = error
     return privilege
+
+
+_OPTION = re.compile(r"(--[a-z][a-z0-9-]*)(?=[: ])")
+# The variables not named PGLOCK_<OPTION>.
+_VARIABLES = {"--users": "PGLOCK_SERVE_USERS"}
+
+
+def variable_named(error: PglockError, args: list[str]) -> PglockError:
+    """A bad value that came from a PGLOCK_* variable, said under the variable's name: the
+    option names it only when the command line gave it (`PGLOCK_TTL: 'bogus' is not a
+    duration`, not `--ttl: ...` to an operator whose crontab has no --ttl)."""
+    found = _OPTION.match(str(error)) if isinstance(error, UsageError) else None
+    if found is None:
+        return error
+    option = found.group(1)
+    variable = _VARIABLES.get(option, "PGLOCK_" + option[2:].upper().replace("-", "_"))
+    own = args[: args.index("--")] if "--" in args else args
+    if any(arg == option or arg.startswith(option + "=") for arg in own) or \
+            not os.environ.get(variable):
+        return error
+    named = UsageError(variable + str(error)[len(option):])
+    named.__cause__ = error
+    return named
 
 
 def answer(text: str) -> None:

@@ -37,6 +37,7 @@ def doctor(
 
     Checks: the database configured (the embedded one is this host only), that it is
     reachable and the primary, its version, the schema and this role's privileges,
+    the census (the hosts' pglock versions, skew and silent hosts),
     pg_signal_backend, role timeouts, synchronous_commit, connection headroom, the
     platform (a managed service: RDS, Aurora, Cloud SQL, Azure, Neon, Supabase, ...) and
     whether the jobs' ttls ride out its failovers, a transaction-pooling proxy (named when

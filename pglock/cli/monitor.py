@@ -33,14 +33,14 @@ def _threshold(name: str, what: str) -> Any:
 
 
 def _snapshot(dsn: str | None, schema: str | None, connect_timeout: str, job: str | None,
-              command: str) -> Snapshot:
+              command: str, silent_after: int) -> Snapshot:
     from pglock.reports import jobs
     from pglock.settings import config
 
     if job is not None:
         config.check_job(job)
     with connected(dsn, schema, connect_timeout, command) as (conn, _, name):
-        return jobs.read(conn, name, job)
+        return jobs.read(conn, name, job, hosts=True, silent_after=silent_after)
 
 
 @app.command()
@@ -69,6 +69,13 @@ def check(
     skipped_warning: Annotated[int, _threshold(
         "skipped-warning", "WARNING at this many slots in a row skipped while a run of an "
         "earlier slot was still going")] = 1,
+    silent_after: Annotated[int, _threshold(
+        "silent-after", "WARNING for a host that attempted a job before and has not for more "
+        "than N of its slots (unscheduled: N times its usual interval; at least 2m)")] = 2,
+    hosts: Annotated[str | None, typer.Option(
+        "--hosts", envvar="PGLOCK_HOSTS", metavar="min=N", show_default=False,
+        help="WARNING for a job that fewer than N hosts fire (attempted within their "
+             "span); with --job, for that job.")] = None,
     json_output: CheckJson = False,
     dsn: Dsn = None,
     schema: Schema = None,
@@ -81,10 +88,14 @@ def check(
     CRITICAL: a lock expired while its run is still marked running. Failed runs in a row
     and missed slots of a schedule are WARNING or CRITICAL by the thresholds. A paused job
     is neither failed nor overdue; its pause is WARNING once older than --paused-warning. A run
-    past its --expect-duration MAX is WARNING (or CRITICAL by --slow-critical). Whatever
-    goes wrong (bad options, no database, a schema it cannot read) is UNKNOWN, exit 3.
+    past its --expect-duration MAX is WARNING (or CRITICAL by --slow-critical). A host that
+    stopped attempting a job (the census: pglock hosts) is WARNING, naming host and job.
+    Whatever goes wrong (bad options, no database, a schema it cannot read) is UNKNOWN,
+    exit 3.
 
     Example: pglock check --job nightly-backup --missed-critical 3
+
+    Example: pglock check --job sync-invoices --hosts min=2
     """
     _configure_output(verbose, quiet)
     from pglock.reports import check as checks
@@ -96,10 +107,10 @@ def check(
             parse_duration(slow_warning, option="--slow-warning"),
             None if slow_critical is None
             else parse_duration(slow_critical, option="--slow-critical"),
-            skipped_warning)
+            skipped_warning, silent_after, checks.parse_hosts(hosts))
         thresholds.validate()
-        report = checks.evaluate(_snapshot(dsn, schema, connect_timeout, job, "check"),
-                                 thresholds, job)
+        report = checks.evaluate(_snapshot(dsn, schema, connect_timeout, job, "check",
+                                           silent_after), thresholds, job)
     except PglockError as caught:
         from pglock.cli.boundary import privilege_named
 
@@ -136,14 +147,17 @@ def metrics(
     """
     _configure_output(verbose, quiet)
     from pglock.cli.render import write_pieces
-    from pglock.reports import jobs
+    from pglock.reports import hosts, jobs
     from pglock.reports import metrics as exposition
     from pglock.settings import config
 
     if job is not None:
         config.check_job(job)
     with connected(dsn, schema, connect_timeout, "metrics") as (conn, _, name):
-        found = exposition.Exposition(jobs.read(conn, name, job),
-                                      exposition.read_durations(conn, name, job))
+        snapshot = jobs.read(conn, name, job, hosts=True)
+        census = hosts.roll(snapshot, hosts.rows(conn, name), job)
+        found = exposition.Exposition(
+            snapshot, exposition.read_durations(conn, name, job),
+            [(h.name, h.version, h.python, h.first_seen, h.last_seen) for h in census.hosts])
     write_pieces(exposition.chunks(found))
     return 0

@@ -34,10 +34,11 @@ Yes = Annotated[bool, typer.Option(
 
 def _confirm(yes: bool, situation: str, action: str) -> None:
     """Ask on a terminal; anywhere else, without --yes, it is not confirmed (exit 1, as a
-    "no" on a terminal: the exit table says so)."""
+    "no" on a terminal: the exit table says so). A closed standard input (`<&-`) is no
+    terminal either: Python then has no sys.stdin at all."""
     if yes:
         return
-    if not sys.stdin.isatty():
+    if sys.stdin is None or sys.stdin.closed or not sys.stdin.isatty():
         raise NothingDone(f"{situation}; refusing to {action} without --yes (not on a terminal)")
     typer.echo(situation, err=True)
     if not typer.confirm(f"{action[0].upper()}{action[1:]}?", err=True):
@@ -171,6 +172,10 @@ def clear(
         shown = core.one(conn, name, check_job(job))
         # An overdue job may still be held: its lock's own state decides.
         nothing = screens.nothing_to_clear(job, shown, now=now)
+        if nothing is not None and terminate and shown is not None:
+            # Its lock expired, but a stopped advisory holder's session may live on.
+            ended = admin.end_session(conn, name, shown, reason=reason, by=admin.operator())
+            nothing = ended or nothing
         if nothing is not None:
             _say(nothing, quiet)
             return 0

@@ -22,7 +22,9 @@ from pglock.cli import boundary
 from pglock.run import flags as run_flags
 from pglock.settings.text import WINDOW_SEPARATOR
 
-_INTEGER = r"\s*[+-]?\d+\s*"
+# Digits 0-9 only: int() reads every script's digits (anything else goes to typer, which
+# refuses it: cli.app._unicode_number).
+_INTEGER = r"\s*[+-]?[0-9]+\s*"
 # Booleans from the environment as click reads them, the unambiguous spellings only.
 _BOOLEANS = {"1": True, "true": True, "yes": True, "on": True,
              "0": False, "false": False, "no": False, "off": False}
@@ -72,9 +74,10 @@ def parse(args: list[str], environ: Mapping[str, str],
             continue
         kind = run_flags.KINDS[param]
         if kind == "list":
-            # As click splits a repeatable option's variable (cli/app.py's _Windows).
-            values[param] = tuple(item.strip()
-                                  for item in environ[variable].split(WINDOW_SEPARATOR))
+            # As click splits a repeatable option's variable (cli/app.py's _Windows): a
+            # trailing or doubled separator, or blanks alone, add no window.
+            values[param] = tuple(item.strip() for item
+                                  in environ[variable].split(WINDOW_SEPARATOR) if item.strip())
             from_environment.add(param)
             continue
         converted = _converted(environ[variable], kind)

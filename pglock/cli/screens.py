@@ -8,6 +8,7 @@ from collections.abc import Iterator
 from datetime import datetime
 from typing import Any
 
+from pglock.cli.census_screens import census_json, census_line
 from pglock.cli.render import NONE, Grid, Screen, ago, clip, escaped, header, iso, took, when
 from pglock.operate.admin import Cleared
 from pglock.reports.history import Action, History, RunRow, Summary
@@ -37,6 +38,8 @@ STATUS_OPTIONAL = ("MODE", "TOOK", "EXIT", "LAST SUCCESS", "ENDED", "RUNNING FOR
 BAR_WIDTH = 24
 BAR_GLYPH = {"succeeded": "#", "running": ">"}
 OUTCOME_STYLE = {"succeeded": "green", "running": "cyan", "cleared": "magenta"}
+# Why a run started late, as history's NOTE says it (runs.late_reason).
+LATE = {"promotion_wait": "started late: after the wait that followed a promotion"}
 # Kept output is shown under its run, indented by this.
 OUTPUT_INDENT = "    "
 
@@ -45,7 +48,11 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
     """Worst first: what is stale, failed or overdue heads the table."""
     screen = Screen(header("status", place, schema, report.now))
     if not report.jobs and not report.unlisted:
-        screen.parts.append("no job has run here yet")
+        # A typo'd --schema looks like a quiet fleet: say which it is.
+        screen.parts.append(f"no job has run here yet: schema {escaped(schema)!r} has no "
+                            "pglock tables (a job's first run creates them; is --schema or "
+                            "PGLOCK_SCHEMA right?)" if report.schema_missing
+                            else "no job has run here yet")
         return screen
     if report.jobs:
         grid = Grid(STATUS_HEADERS, styled_column=1, optional=STATUS_OPTIONAL, whole="JOB")
@@ -64,6 +71,9 @@ def status_screen(report: Status, place: str, schema: str, *, terminal: bool) ->
         screen.parts.extend(skipped_lines(report.jobs[0].skipped))
     if report.job is not None and report.jobs[0].seats is not None:
         screen.parts.extend(seat_lines(report.jobs[0]))
+    if report.job is not None and report.jobs[0].census is not None:
+        screen.parts.append("\n" + census_line(report.jobs[0].name, report.jobs[0].census,
+                                                report.now))
     if len(report.jobs) == 1 and report.runs:
         screen.parts.append(f"\nrecent runs of {report.jobs[0].name}:")
         screen.parts.append(runs_grid(report.runs, report.now, with_job=False))
@@ -122,14 +132,16 @@ def _paused_text(pause: Pause) -> str:
 
 def action_line(action: Action) -> str:
     """One operator action, as status --job and history list them."""
-    what = "every job" if action.job == "" else action.job
+    what = escaped(action.host) if action.host is not None else (
+        "every job" if action.job == "" else action.job)
     reason = f": {escaped(action.reason)}" if action.reason else ""
     return f"  {when(action.at)}  {action.action} {what} by {escaped(action.by)}{reason}"
 
 
 def action_json(action: Action) -> dict[str, Any]:
-    return {"at": iso(action.at), "job": action.job or None, "action": action.action,
-            "by": action.by, "reason": action.reason, "detail": action.detail}
+    return {"at": iso(action.at), "job": action.job or None, "host": action.host,
+            "action": action.action, "by": action.by, "reason": action.reason,
+            "detail": action.detail}
 
 
 def windowed(job: Job, state: str) -> str:
@@ -166,6 +178,10 @@ def skipped_lines(found: Skipped) -> list[str]:
         latest = f", latest {when(found.catch_up_slot)}" if found.catch_up_slot else ""
         lines.append(f"given up by catch-up (older than its limit or deadline): "
                      f"{found.catch_up} slot{'s' if found.catch_up != 1 else ''}{latest}")
+    if found.promotion:
+        latest = f", latest {when(found.promotion_slot)}" if found.promotion_slot else ""
+        lines.append(f"missed: the wait after a promotion ended past --deadline: "
+                     f"{found.promotion} slot{'s' if found.promotion != 1 else ''}{latest}")
     return lines
 
 
@@ -321,7 +337,11 @@ def job_json(job: Job) -> dict[str, Any]:
                     "running_slot": iso(job.skipped.running_slot),
                     "running_in_a_row": job.skipped.streak,
                     "catch_up": job.skipped.catch_up,
-                    "catch_up_slot": iso(job.skipped.catch_up_slot)},
+                    "catch_up_slot": iso(job.skipped.catch_up_slot),
+                    "promotion_wait": job.skipped.promotion,
+                    "promotion_wait_slot": iso(job.skipped.promotion_slot)},
+        # The census (status --job reads it; null in the list of every job).
+        "hosts": census_json(job.census),
     }
 
 
@@ -395,7 +415,7 @@ def runs_grid(runs: list[RunRow], now: datetime, *, with_job: bool, bars: bool =
             cells[-1] = f"{cells[-1]} so far"
         if bars:
             cells.append(bar(run.outcome, length, longest))
-        cells.append(clip(run.error))
+        cells.append(clip(run.error or LATE.get(run.late or "")))
         grid.add(cells, OUTCOME_STYLE.get(run.outcome, "bold red"),
                  output_lines(run) if outputs else None)
     return grid
@@ -488,7 +508,8 @@ def run_json(run: RunRow, *, output: bool = False) -> dict[str, Any]:
                 "signal": run.signal, "duration": run.duration,
                 "fencing_token": run.fencing_token, "error": run.error,
                 "slot": iso(run.slot), "attempt": run.attempt,
-                "attempt_limit": run.attempt_limit, "manual": run.manual}
+                "attempt_limit": run.attempt_limit, "manual": run.manual,
+                "late": run.late, "trace_id": run.trace_id, "span_id": run.span_id}
     if output:
         # The run's --output-tail size is not recorded, so whether the tail is all of the
         # output cannot be told: there is no output_truncated.
@@ -549,10 +570,13 @@ def nobody_line(job_name: str, job: Job | None) -> str:
     if job is None:
         return f"nobody holds job {job_name!r} (it never ran here); nothing to clear"
     if job.lock_state is State.STALE and job.lock is not None:
+        advisory = (" or stopped: the next run ends its session if it still holds the "
+                    "advisory lock (--terminate ends it now)" if job.lock.mode == "advisory"
+                    else "")
         return (f"nobody holds job {job_name!r}: its lock expired "
                 f"{ago(job.seconds_since(job.lock.expires_at))} with its run still marked "
-                "running (its holder vanished or is cut off; the next run marks it "
-                "abandoned); nothing to clear")
+                f"running (its holder vanished or is cut off{advisory}; the next run marks "
+                "it abandoned); nothing to clear")
     if job.held_until is not None:
         return (f"nobody runs job {job_name!r}; --min-hold keeps its lock taken until "
                 f"{when(job.held_until)}, so that no host reruns the same trigger; "

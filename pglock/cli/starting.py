@@ -20,7 +20,7 @@ STARTED_FROM = frozenset((
     "grace", "output_tail", "output_on_failure", "leave_descendants", "on_failure",
     "on_success", "on_recovery", "hook_timeout", "ping_url", "event_log", "dsn", "schema",
     "connect_timeout", "verbose", "quiet", "retries", "retry_delay", "limit",
-    "expect_duration", "on_slow", "catch_up", "catch_up_limit", "window"))
+    "expect_duration", "on_slow", "catch_up", "catch_up_limit", "window", "trace_skips"))
 
 
 def start(values: dict[str, Any], from_environment: Collection[str],
@@ -43,6 +43,10 @@ def start(values: dict[str, Any], from_environment: Collection[str],
     from pglock.run.slot import execute
     from pglock.settings import config
 
+    if "window" in from_environment and not values["window"]:
+        # PGLOCK_WINDOW of blanks and separators alone: unset, as an empty one is to click
+        # (the jobs file's windows apply).
+        from_environment, defaulted = set(from_environment) - {"window"}, {*defaulted, "window"}
     v = resolved(values, from_environment, defaulted)
     boundary.configure_output(v["verbose"], v["quiet"])
     options = run_options(v)

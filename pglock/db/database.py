@@ -94,10 +94,19 @@ def connect_failure(conninfo: str, error: BaseException) -> str:
                 "percent-encode them in a URI (%2F, %40)")
     parsed = _parsed(conninfo)
     reason = redact.scrubbed(first_line(error), conninfo, parsed)
+    if re.search(_READ_ONLY, reason):
+        # libpq's words for target_session_attrs=read-write: the monitoring host pointed at
+        # a replica or a reader endpoint meets them too (status, check, metrics).
+        reason += (" (a standby or read replica: pglock needs the primary, for status, "
+                   "check and metrics too)")
     where = redact.place(conninfo, parsed)
     if where is None:
         return f"cannot connect: {_unquoted(reason)}"
     return f"cannot connect to {where}: {reason}"
+
+
+# libpq's refusal of a server that is not read-write (PostgreSQL 14+, then older).
+_READ_ONLY = r"session is read-only|could not make a writable connection"
 
 
 def is_transient(error: BaseException) -> bool:
@@ -306,3 +315,10 @@ def opened(target: Target) -> Iterator[str]:
         yield conninfo
     finally:
         server.leave()
+        if server.no_reaper is not None:
+            # Said once per host: the README's warm linger silently gone, every run paying
+            # a server start, is what the operator would otherwise never learn.
+            logging.getLogger("pglock").warning(
+                "the embedded server's linger is off: its reaper could not be started "
+                "(%s), so the server stops with its last user and each command starts it "
+                "again; said once", server.no_reaper)

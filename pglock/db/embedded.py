@@ -36,6 +36,8 @@ _LEFT = "last-left"
 # Held (flock) by the one reaper waiting to stop the server, for its whole life.
 _REAPER_LOCK = "reaper.lock"
 _REAPER_NAP = 2.0
+# Present while no reaper could be started (the linger is off): its first failure is said.
+_NO_REAPER = "no-reaper"
 
 
 class _Postmaster(NamedTuple):
@@ -167,6 +169,9 @@ class EmbeddedServer:
         self._conninfo: str | None = None
         # This process made the cluster (initdb): its first use on this host.
         self.created = False
+        # Why this process's leave() could start no reaper, the first time it happened on
+        # this host since one last started (the linger is then off: said once).
+        self.no_reaper: str | None = None
 
     @property
     def conninfo(self) -> str:
@@ -239,9 +244,15 @@ class EmbeddedServer:
                     stderr=subprocess.DEVNULL, pass_fds=(fd,), start_new_session=True,
                     cwd="/", env={k: v for k, v in os.environ.items()
                                   if not k.startswith(("PG", "PGLOCK_"))})
-            except OSError:
+            except OSError as error:
                 # No reaper: stop now rather than leave a server nobody will stop.
                 self._stop(time.monotonic() + 60.0)
+                marker = self.data_dir / _NO_REAPER
+                if not marker.exists():
+                    marker.touch(0o600)
+                    self.no_reaper = f"{sys.executable}: {error.strerror or error}"
+            else:
+                (self.data_dir / _NO_REAPER).unlink(missing_ok=True)
         finally:
             os.close(fd)
 

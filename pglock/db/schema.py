@@ -27,7 +27,7 @@ if TYPE_CHECKING:
     from importlib.resources.abc import Traversable
 
 # The newest migration's number (a test checks it against sql/migrations/).
-VERSION = 8
+VERSION = 9
 
 _READ_VERSION = "SELECT value::int, pg_is_in_recovery() FROM {schema}.meta WHERE key = 'version'"
 # The creation lock is the advisory key of the empty job name, which no job can have.
@@ -87,6 +87,7 @@ def upgrade_script(conn: psycopg.Connection[Any], schema: str) -> str | None:
     try:
         row = conn.execute(query(_READ_VERSION, schema)).fetchone()
     except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        refuse_foreign(conn, schema)
         row = None
         head, body = _SCRIPT_NEW, ddl(schema)
     except psycopg.Error as error:
@@ -120,7 +121,11 @@ def ensure(conn: psycopg.Connection[Any], schema: str) -> None:
     """Check the schema version (creating it on first use), and that this is the primary."""
     try:
         row = conn.execute(query(_READ_VERSION, schema)).fetchone()
-    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+    except psycopg.errors.UndefinedTable:
+        refuse_foreign(conn, schema)
+        create(conn, schema)
+        return
+    except psycopg.errors.InvalidSchemaName:
         create(conn, schema)
         return
     except psycopg.Error as error:
@@ -145,7 +150,10 @@ def readable(conn: psycopg.Connection[Any], schema: str) -> bool:
     """Whether the schema exists (and is a version we understand); reports never create it."""
     try:
         row = conn.execute(query(_READ_VERSION, schema)).fetchone()
-    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+    except psycopg.errors.UndefinedTable:
+        refuse_foreign(conn, schema)
+        return False
+    except psycopg.errors.InvalidSchemaName:
         return False
     except psycopg.Error as error:
         raise SchemaError(f"cannot read schema {schema!r}: {first_line(error)}") from error
@@ -158,6 +166,34 @@ def readable(conn: psycopg.Connection[Any], schema: str) -> bool:
     return True
 
 
+# The relations of a schema, a few by name: one without pglock's version record that holds
+# any is someone else's.
+_RELATIONS = """
+SELECT array(SELECT c.relname::text FROM pg_class c
+             JOIN pg_namespace n ON n.oid = c.relnamespace
+             WHERE n.nspname = %s AND c.relkind IN ('r', 'p', 'v', 'm', 'f')
+             ORDER BY 1 LIMIT 4)
+"""
+
+
+def tables(conn: psycopg.Connection[Any], schema: str) -> list[str]:
+    """A few of the schema's tables (and views) by name; none: it is empty, or missing."""
+    row = conn.execute(_RELATIONS, (schema,)).fetchone()
+    return list(row[0]) if row else []
+
+
+def refuse_foreign(conn: psycopg.Connection[Any], schema: str) -> None:
+    """A schema without pglock's version record is pglock's to create in only while it
+    holds no table: one that holds someone else's (a `locks` of their own) would be read
+    as an empty pglock schema (status, check OK - 0 jobs), and `run` would fail on it."""
+    names = tables(conn, schema)
+    if names and not _versioned(conn, schema):
+        shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
+        raise SchemaError(f"schema {schema!r} holds tables that are not pglock's ({shown}) "
+                          "and no pglock version record: give pglock a schema of its own "
+                          "(--schema, PGLOCK_SCHEMA, or schema in the config file)")
+
+
 def create(conn: psycopg.Connection[Any], schema: str) -> None:
     """Create (or upgrade) the schema under an advisory transaction lock, so 100 hosts
     starting at once create it once, and an upgrade runs once."""
@@ -168,6 +204,7 @@ def create(conn: psycopg.Connection[Any], schema: str) -> None:
                 with conn.transaction():
                     row = conn.execute(query(_READ_VERSION, schema)).fetchone()
             except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+                refuse_foreign(conn, schema)
                 conn.execute(ddl(schema))
                 return
             _check(row, schema)
@@ -182,6 +219,17 @@ def create(conn: psycopg.Connection[Any], schema: str) -> None:
         raise DatabaseError("the server is read-only; pglock needs the primary") from error
     except psycopg.Error as error:
         raise SchemaError(f"cannot create schema {schema!r}: {first_line(error)}") from error
+
+
+def _versioned(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """Whether the schema has pglock's version record now: read again after its tables
+    were seen, since another pglock may have committed its creation in between (100
+    hosts starting at once on a new schema)."""
+    try:
+        with conn.transaction():
+            return conn.execute(query(_READ_VERSION, schema)).fetchone() is not None
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        return False
 
 
 def _check(row: tuple[Any, ...] | None, schema: str) -> None:

@@ -17,7 +17,7 @@ from typing import Any, Protocol
 
 import psycopg
 
-from pglock.db import engine
+from pglock.db import engine, schema
 from pglock.db.keys import advisory_key
 from pglock.db.schema import query
 from pglock.errors import DatabaseError
@@ -29,14 +29,19 @@ CHECK_INTERVAL = 1.5
 
 # The server drops a silent client within idle + interval * count seconds; the session
 # also refuses the role's idle timeouts, which would end it (and the lock) while idle.
+# The lock is tried by the schema's take(), which ends the session of a holder stopped
+# past its horizon first (functions.sql), checks the schema's version as acquire does,
+# and records a loser's attempt in the census.
 TAKE = """
-SELECT pg_try_advisory_lock(%(key)s), pg_backend_pid(),
+SELECT t.schema_version, t.taken, t.session_pid,
        set_config('tcp_keepalives_idle', %(idle)s, false),
        set_config('tcp_keepalives_interval', '1', false),
        set_config('tcp_keepalives_count', '3', false),
        set_config('tcp_user_timeout', %(user_timeout)s, false),
        set_config('idle_session_timeout', '0', false),
        set_config('idle_in_transaction_session_timeout', '0', false)
+FROM {schema}.take(%(version)s, %(job)s, %(slot)s, %(ttl)s, %(host)s, %(pglock)s,
+                   %(python)s) AS t
 """
 
 # A bigint key shows in pg_locks as classid (high half) and objid (low half), objsubid 1.
@@ -82,13 +87,21 @@ def server_drop_bound(ttl: float) -> tuple[int, int]:
 
 
 def take(conn: psycopg.Connection[Any], claim: lease.Claim) -> bool:
-    """Try the session lock on `conn`, which must then stay the holder's own."""
+    """Try the session lock on `conn`, which must then stay the holder's own. The first
+    call on a database creates or upgrades the schema, as acquire's does."""
     idle, total = server_drop_bound(claim.ttl)
-    row = conn.execute(TAKE, {"key": advisory_key(claim.schema, claim.job), "idle": str(idle),
-                              "user_timeout": str(total * 1000)}).fetchone()
-    assert row is not None
-    claim.backend_pid = row[1]
-    return bool(row[0])
+    # The claim's own parameters carry what the census records of a loser.
+    params = claim.params(version=schema.VERSION, idle=str(idle),
+                          user_timeout=str(total * 1000))
+
+    def send() -> tuple[Any, ...]:
+        row = conn.execute(query(TAKE, claim.schema), params).fetchone()
+        assert row is not None
+        return tuple(row)
+
+    row = lease.versioned(conn, claim.schema, send)
+    claim.backend_pid = row[2]
+    return bool(row[1])
 
 
 class Contended(DatabaseError):
@@ -181,6 +194,9 @@ class AdvisoryRenewer:
         if not (held and renewed):
             return lease.Renewal.LOST, None
         return (lease.Renewal.STOP, why) if stop else (lease.Renewal.OURS, None)
+
+    def same_timeline(self) -> bool:
+        return self._conn is not None and lease.taken_on_this_timeline(self._conn, self.claim)
 
     def reset(self) -> None:
         # After a failed renewal. A statement that was cancelled (or timed out) leaves the

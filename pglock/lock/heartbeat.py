@@ -4,6 +4,13 @@ The server's expiry cannot come before the moment the last successful renewal wa
 *sent* plus the ttl, so that moment, read on the local stopwatch, anchors the local
 deadline. Past `sent + ttl - margin - grace` the lock counts as lost: the command gets
 SIGTERM, and SIGKILL `grace` later, still `margin` before anyone else can take over.
+
+A renewal answered after that deadline ran at a moment nothing bounds: perhaps on a
+promoted standby, after another host took the lock over on the old primary in a write
+the promotion lost. So it counts only if the server still writes the timeline the lock
+was taken on (no promotion came between, and none of its writes can have been lost);
+else the lock is lost (`late`; docs/ha.md, "Late answers"). Answered in time, it ran
+while no other holder could exist, whatever the servers' clocks say.
 """
 
 from __future__ import annotations
@@ -21,6 +28,9 @@ from pglock.lock import clock, lease
 RETRY_INTERVAL = 1.0
 # The smallest margin any lock keeps.
 MIN_MARGIN = 1.0
+# Why a confirmation answered after the local deadline is a lost lock.
+LATE = ("the database confirmed the lock only after its local deadline, on a primary "
+        "promoted since it was taken (another host may hold it by now)")
 
 
 def margin(ttl: float) -> float:
@@ -61,6 +71,23 @@ def slack(horizon: float, kill_after: float) -> float:
     return margin(horizon) + grace(horizon, kill_after)
 
 
+def in_time(answered: float, confirmed_at: float, horizon: float, kill_after: float) -> bool:
+    """Whether a confirmation of the lock (a renewal, a keep, a retake) answered at
+    `answered` came before the local deadline of the confirmation sent at
+    `confirmed_at`. One that came later is acted on only if no promotion came between
+    (Renewer.same_timeline)."""
+    return answered < confirmed_at + horizon - slack(horizon, kill_after)
+
+
+def late_but_kept(renewer: Renewer) -> bool:
+    """A confirmation answered past its deadline counts only when the server still writes
+    the lock's timeline; not knowing (the question failed) is a lost lock."""
+    try:
+        return renewer.same_timeline()
+    except (psycopg.Error, PglockError):
+        return False
+
+
 def rides_out(ttl: float, kill_after: float) -> float:
     """The longest outage (a failover) a running lease-mode job rides out for sure: it
     may begin just before a renewal is due (ttl/3 after the last), and it must end, and a
@@ -96,6 +123,8 @@ class Renewer(Protocol):
 
     def renew(self) -> tuple[lease.Renewal, str | None]: ...
 
+    def same_timeline(self) -> bool: ...
+
     def reset(self) -> None: ...
 
     def close(self) -> None: ...
@@ -119,6 +148,9 @@ class LeaseRenewer:
             self._conn = self._connect()
         return lease.renew(self._conn, self.claim)
 
+    def same_timeline(self) -> bool:
+        return self._conn is not None and lease.taken_on_this_timeline(self._conn, self.claim)
+
     def reset(self) -> None:
         if self._conn is not None:
             self._conn.close()
@@ -141,6 +173,7 @@ class Heartbeat:
         self._on_lost = on_lost
         self._on_renewed = on_renewed
         self.last_sent = acquired_sent_at
+        self.kill_after = kill_after
         self.grace = grace(renewer.horizon, kill_after)
         self.margin = margin(renewer.horizon)
         self._slack = slack(renewer.horizon, kill_after)
@@ -191,6 +224,11 @@ class Heartbeat:
                 continue
             if renewal is lease.Renewal.LOST:
                 self.lost_reason = self.renewer.lost_reason()
+                self._on_lost()
+                return
+            if not (in_time(clock.now(), self.last_sent, self.renewer.horizon,
+                            self.kill_after) or late_but_kept(self.renewer)):
+                self.lost_reason = LATE
                 self._on_lost()
                 return
             if renewal is lease.Renewal.STOP and self.stop_requested is None:

@@ -16,6 +16,8 @@ from __future__ import annotations
 import enum
 import os
 import socket
+import sys
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 from typing import Any
@@ -24,7 +26,7 @@ import psycopg
 
 from pglock.db import schema
 from pglock.db.schema import query
-from pglock.errors import DatabaseError, SchemaError
+from pglock.errors import DatabaseError, PglockError, SchemaError
 from pglock.lock import ledger
 
 # Each step is one call of a function of the schema (db/sql/functions.sql): one
@@ -35,13 +37,15 @@ from pglock.lock import ledger
 
 # Takes the lock by the rules of docs/lease.md (with a limit above 1, the lowest free seat
 # of the job's semaphore) and, when taken, records the run as started (with `start`);
-# the schema's version is checked in the same statement.
+# the schema's version is checked in the same statement, and the host's attempt recorded
+# in the census (winner or loser: docs/operators.md, "The census").
 ACQUIRE = """
 SELECT * FROM {schema}.acquire(
     %(version)s, %(job)s, %(mode)s, %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s,
     %(slot)s, %(handover_from)s, %(rerun)s, %(command)s, %(schedule)s, %(timezone)s,
     %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s, %(limit)s, %(final)s,
-    %(backlog)s, %(windows)s)
+    %(backlog)s, %(windows)s, %(late)s, %(trace_id)s, %(span_id)s, %(host)s, %(pglock)s,
+    %(python)s)
 """
 
 # A winner that catches up (--catch-up): the slots it will run marked, the ones it gives
@@ -78,6 +82,12 @@ SELECT {schema}.holds(%(job)s, %(holder_id)s, %(fencing_token)s)
 # A trigger skipped inside a --window records the job's windows (status reads them).
 NOTE_WINDOWS = """
 SELECT {schema}.note_windows(%(job)s, %(windows)s)
+"""
+
+# A scheduled slot a trigger gives up without a run, and why (the wait after a promotion
+# ending past --deadline).
+MISSED = """
+SELECT {schema}.missed(%(job)s, %(slot)s, %(reason)s, %(retries)s)
 """
 
 RELEASE = """
@@ -143,6 +153,14 @@ class Claim:
     # while the previous run is still going. `was_running`: the loss was that.
     final: bool = True
     was_running: bool = False
+    # Refused by the wait after a promotion alone: how long it has left (seconds), as the
+    # server said; None: refused for another reason, or won.
+    promotion_wait: float | None = None
+    # Why this claim's run starts late ('promotion_wait': it waited that wait out), for
+    # its start record.
+    late: str | None = None
+    # The host in the census (settings/config.py's host_name; None: none is recorded).
+    host: str | None = None
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The lease as query parameters."""
@@ -152,7 +170,46 @@ class Claim:
                 "backend_pid": self.backend_pid, "slot": self.slot,
                 "handover_from": self.handover_from, "rerun": self.rerun,
                 "limit": self.limit, "final": self.final, "backlog": self.backlog,
-                "windows": self.windows, **extra}
+                "windows": self.windows, "late": self.late, "host": self.host, **attendee(),
+                **extra}
+
+
+# How far ahead of the database's clock a trigger's slot may be (acquire's SLOT_AHEAD
+# refusal, in functions.sql: the same figure): a host's clock that NTP keeps is within it
+# (doctor warns from 2 s), and it is a fraction of cron's shortest interval.
+AHEAD_ALLOWED = timedelta(seconds=60)
+SLOT_AHEAD = "PGL01"
+
+
+class SlotAhead(PglockError):
+    """The trigger's slot is ahead of the database's clock: this host's clock runs fast.
+    Nothing was taken or recorded; the slot's own trigger (on a host whose clock is right,
+    or this one once its clock is) runs it in its time."""
+
+    def __init__(self, lease: Claim, ahead: str | None) -> None:
+        from pglock.settings.durations import format_duration
+
+        try:
+            seconds = float(ahead or "nan")
+        except ValueError:
+            seconds = float("nan")
+        by = format_duration(float(int(seconds))) if seconds == seconds else "more than 1m"
+        slot = lease.slot.isoformat() if lease.slot is not None else "?"
+        super().__init__(f"job {lease.job!r}: slot {slot} not run: it is {by} ahead of the "
+                         f"database's clock (this host's clock runs at least {by} fast; is "
+                         "NTP running?)")
+
+
+def attendee() -> dict[str, str]:
+    """What a run tells the census of itself besides its host's name (lock/census.py):
+    its pglock (read now: a test may run pglock as an older release) and its Python."""
+    import pglock
+
+    return {"pglock": pglock.__version__, "python": PYTHON}
+
+
+# The Python a run is, as the census records it.
+PYTHON = ".".join(map(str, sys.version_info[:3]))
 
 
 class Attempt(enum.Enum):
@@ -183,20 +240,9 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Claim,
     older, and refuses a newer one.
     """
     params = lease.params(version=schema.VERSION, **_start_params(start))
-    try:
-        row = _acquire(conn, lease, params)
-    except _NO_SCHEMA:
-        schema.ensure(conn, lease.schema)
-        row = _acquire(conn, lease, params)
-    if row[0] != schema.VERSION:
-        # Older (or no version record): upgrade, then ask again; newer: refused.
-        schema.ensure(conn, lease.schema)
-        row = _acquire(conn, lease, params)
-        if row[0] != schema.VERSION:
-            raise SchemaError(f"schema {lease.schema!r} is version {row[0]}, not "
-                              f"{schema.VERSION}")
+    row = versioned(conn, lease.schema, lambda: _acquire(conn, lease, params))
     (_, session_held, ran, paused, token, handover_from, held_by, run_id, started_at,
-     attempt, attempt_limit, seat, was_running, missed, prior_slot) = row
+     attempt, attempt_limit, seat, was_running, missed, prior_slot, promotion_wait) = row
     if not session_held:
         raise DatabaseError(POOLED)
     if ran:
@@ -208,6 +254,8 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Claim,
             lease.handover_from = handover_from
         lease.held_by = held_by
         lease.was_running = bool(was_running)
+        lease.promotion_wait = (None if promotion_wait is None
+                                else promotion_wait.total_seconds())
         return Attempt.HELD
     lease.fencing_token = token
     lease.seat = seat
@@ -218,6 +266,26 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Claim,
     return Attempt.WON
 
 
+def versioned(conn: psycopg.Connection[Any], schema_name: str,
+              send: Callable[[], tuple[Any, ...]]) -> tuple[Any, ...]:
+    """The answer of a run's first statement (`send`), whose first column is the schema's
+    version: on a database where the schema is missing or older, it is created or
+    upgraded and the statement sent again; a newer one is refused."""
+    try:
+        row = send()
+    except _NO_SCHEMA:
+        schema.ensure(conn, schema_name)
+        row = send()
+    if row[0] != schema.VERSION:
+        # Older (or no version record): upgrade, then ask again; newer: refused.
+        schema.ensure(conn, schema_name)
+        row = send()
+        if row[0] != schema.VERSION:
+            raise SchemaError(f"schema {schema_name!r} is version {row[0]}, not "
+                              f"{schema.VERSION}")
+    return row
+
+
 def _acquire(conn: psycopg.Connection[Any], lease: Claim,
              params: dict[str, Any]) -> tuple[Any, ...]:
     try:
@@ -226,7 +294,11 @@ def _acquire(conn: psycopg.Connection[Any], lease: Claim,
         # The start of a slot that another host's run made done since the statement's own
         # check (the slot's CHECK, the unique attempt): nothing was taken.
         return (schema.VERSION, True, True, False, None, None, None, None, None, None, None,
-                None, False, None, None)
+                None, False, None, None, None)
+    except psycopg.Error as error:
+        if error.sqlstate == SLOT_AHEAD:
+            raise SlotAhead(lease, error.diag.message_detail) from None
+        raise
     assert row is not None
     return tuple(row)
 
@@ -234,7 +306,7 @@ def _acquire(conn: psycopg.Connection[Any], lease: Claim,
 def _start_params(start: ledger.RunStart | None) -> dict[str, Any]:
     if start is None:
         return {"command": None, "schedule": None, "timezone": None, "next_slot": None,
-                "grace": None, "retries": 0, "attempt": 1}
+                "grace": None, "retries": 0, "attempt": 1, "trace_id": None, "span_id": None}
     return ledger.start_params(start)
 
 
@@ -256,6 +328,21 @@ def renewal(conn: psycopg.Connection[Any], lease: Claim) -> tuple[bool, bool, bo
     return bool(held), bool(renewed), bool(stop), why
 
 
+# The WAL timeline of the server answering, read as the schema's timeline() reads it (a
+# promotion always starts a new one); any role may read it.
+TIMELINE = "SELECT ('x' || left(pg_walfile_name(pg_current_wal_lsn()), 8))::bit(32)::bigint"
+
+
+def taken_on_this_timeline(conn: psycopg.Connection[Any], lease: Claim) -> bool:
+    """Whether the server answering writes the WAL timeline the claim's lock was taken
+    on, read from its fencing token's high bits (next_token()): False once a promotion
+    came between, when a write of the old primary may have been lost."""
+    if lease.fencing_token is None:
+        return False
+    row = conn.execute(TIMELINE).fetchone()
+    return row is not None and row[0] == (lease.fencing_token >> 32) + 1
+
+
 def note_waiting(conn: psycopg.Connection[Any], lease: Claim) -> None:
     """Remember whom we wait for, when the acquire statement did not run (advisory mode)."""
     if lease.handover_from is None:
@@ -275,6 +362,12 @@ def release(conn: psycopg.Connection[Any], lease: Claim, min_hold: float = 0, *,
     return bool(row and row[0])
 
 
+def missed(conn: psycopg.Connection[Any], lease: Claim, reason: str, retries: int) -> None:
+    """Record the claim's slot as given up without a run, and why."""
+    conn.execute(query(MISSED, lease.schema), {"job": lease.job, "slot": lease.slot,
+                                              "reason": reason, "retries": retries})
+
+
 def note_windows(conn: psycopg.Connection[Any], lease: Claim) -> None:
     """Record the job's windows as this trigger gives them (it skips inside one)."""
     conn.execute(query(NOTE_WINDOWS, lease.schema), {"job": lease.job, "windows": lease.windows})
@@ -292,17 +385,6 @@ def held_by(conn: psycopg.Connection[Any], schema: str, job: str, holder_id: str
     row = conn.execute(query(HELD_BY, schema), {
         "job": job, "holder_id": holder_id, "fencing_token": fencing_token}).fetchone()
     return row is not None and bool(row[0])
-
-
-# The database's clock, by which a catch-up judges the slots the host's clock proposes.
-DATABASE_NOW = "SELECT clock_timestamp()"
-
-
-def database_now(conn: psycopg.Connection[Any]) -> datetime:
-    """The database's clock now."""
-    row = conn.execute(DATABASE_NOW).fetchone()
-    assert row is not None
-    return row[0]  # type: ignore[no-any-return]
 
 
 def catch_up(conn: psycopg.Connection[Any], lease: Claim, slots: list[datetime], retries: int,

@@ -45,11 +45,13 @@ class Outcome(enum.StrEnum):
 # or noted only by the claim that started it (see lease.py).
 
 # The start of a further attempt (--retries) under the lock the caller still holds; the
-# first attempt's start rides in the acquire statement (lease.ACQUIRE).
+# first attempt's start rides in the acquire statement (lease.ACQUIRE). Both carry a
+# traced run's ids (NULL: not traced).
 START = """
 SELECT * FROM {schema}.start_run(
     %(job)s, %(holder_id)s, %(fencing_token)s, %(command)s, %(slot)s, %(schedule)s,
-    %(timezone)s, %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s)
+    %(timezone)s, %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s, %(trace_id)s,
+    %(span_id)s)
 """
 
 # The end of the run and the release of its lock (or, `keep`, its renewal for the next
@@ -186,6 +188,9 @@ class RunStart(NamedTuple):
     retries: int = 0
     # Numbers an unscheduled run's attempts; a scheduled one gets its slot's next.
     attempt: int = 1
+    # A traced run's W3C trace id and the id of its span, in hex (None: not traced).
+    trace_id: str | None = None
+    span_id: str | None = None
 
 
 def start_params(run: RunStart) -> dict[str, Any]:
@@ -193,6 +198,7 @@ def start_params(run: RunStart) -> dict[str, Any]:
     scheduled = run.scheduled
     slot = {} if scheduled is None else {"slot": scheduled.slot}
     return {**slot, "command": run.command, "retries": run.retries, "attempt": run.attempt,
+            "trace_id": run.trace_id, "span_id": run.span_id,
             "next_slot": scheduled and scheduled.next_slot,
             "schedule": scheduled and scheduled.schedule,
             "timezone": scheduled and scheduled.timezone,

@@ -17,6 +17,7 @@ from typing import Any
 import psycopg
 
 from pglock.db import database, schema
+from pglock.db.keys import advisory_key
 from pglock.errors import DatabaseError, LacksRole
 from pglock.reports.jobs import Job, Lock
 from pglock.settings import config
@@ -98,6 +99,21 @@ FROM cleared c, durable
 HAVING count(*) > 0
 """
 TERMINATE = "SELECT pg_terminate_backend(%(pid)s, 5000)"
+# Whether a backend still holds the job's session lock (a bigint key shows in pg_locks as
+# classid, the high half, and objid, objsubid 1).
+SESSION_HELD = """
+SELECT EXISTS (SELECT 1 FROM pg_locks
+               WHERE locktype = 'advisory' AND objsubid = 1 AND granted AND pid = %(pid)s
+                 AND ((classid::bigint << 32) | objid::bigint) = %(key)s
+                 AND database = (SELECT oid FROM pg_database
+                                 WHERE datname = current_database()))
+"""
+# What an operator did to a job besides clearing its lock, for the audit log.
+AUDIT = """
+WITH durable AS (SELECT set_config('synchronous_commit', 'on', true))
+INSERT INTO {schema}.audit (job, action, by, reason, detail)
+SELECT %(job)s, %(action)s, %(by)s, %(reason)s, %(detail)s FROM durable
+"""
 PRUNE_CUTOFF = "SELECT now() - %(older_than)s"
 # started_at < cutoff is implied by finished_at < cutoff; it lets runs_started find the
 # batch. A job's latest run stays, whatever its age, so status still has a last run.
@@ -203,6 +219,34 @@ def terminate(conn: psycopg.Connection[Any], lock: Lock) -> str:
     if row and row[0]:
         return f"backend {lock.backend_pid} of the holder was terminated"
     return f"backend {lock.backend_pid} did not end within 5s (or was already gone)"
+
+
+def end_session(conn: psycopg.Connection[Any], schema_name: str, shown: Job, *,
+                reason: str | None, by: str) -> str | None:
+    """`clear --terminate` of a job nobody holds by its lock row (it expired), whose
+    advisory holder's session still holds the session lock: a pglock stopped (Ctrl-Z, a
+    debugger) or cut off. Its session is ended, with an audit row; what happened, or None
+    when there is no such session."""
+    lock = shown.lock
+    if (lock is None or lock.mode != "advisory" or lock.backend_pid is None
+            or lock.released_at is not None):
+        return None
+    with database.translated(f"cannot end the session of job {shown.name!r}"):
+        row = conn.execute(SESSION_HELD, {"pid": lock.backend_pid,
+                                          "key": advisory_key(schema_name, shown.name)}
+                           ).fetchone()
+    if not (row and row[0]):
+        return None
+    said = terminate(conn, lock)
+    detail = (f"ended the session of {lock.holder}:{lock.holder_pid} (token "
+              f"{lock.fencing_token}), which held the job's session lock past its lock's "
+              f"expiry: {said}")
+    with database.translated(f"cannot record the end of job {shown.name!r}'s session"):
+        conn.execute(schema.query(AUDIT, schema_name), {
+            "job": shown.name, "action": "clear", "by": by, "reason": reason,
+            "detail": detail})
+    return (f"job {shown.name!r}: its lock had expired, but its holder's session still held "
+            f"the advisory lock (stopped or cut off): {said}; the job is free")
 
 
 def prune(conn: psycopg.Connection[Any], schema_name: str, older_than: float,

@@ -146,6 +146,14 @@ WITH running AS (
     -- make a run that brings it back skip with nothing saying why (docs/operators.md).
     DELETE FROM {schema}.pauses p WHERE p.job = %(job)s AND EXISTS (SELECT 1 FROM forgotten)
     RETURNING p.job, p.until IS NULL OR p.until > clock_timestamp() AS active
+), unattended AS (
+    -- Its census goes too: a run that brings it back starts it afresh, and no host of it
+    -- is silent meanwhile.
+    DELETE FROM {schema}.attendance a WHERE a.job = %(job)s
+      AND EXISTS (SELECT 1 FROM forgotten)
+), unlisted AS (
+    UPDATE {schema}.hosts h SET jobs = array_remove(h.jobs, %(job)s)
+    WHERE %(job)s = ANY(h.jobs) AND EXISTS (SELECT 1 FROM forgotten)
 ), audit AS (
     INSERT INTO {schema}.audit (job, action, by, reason, detail)
     SELECT job, 'forget', %(by)s, %(reason)s, NULL FROM forgotten
@@ -363,8 +371,9 @@ def wait_stopped(conn: psycopg.Connection[Any], schema_name: str, request: StopR
 
 def forget(conn: psycopg.Connection[Any], schema_name: str, job: str, *, reason: str,
            by: str) -> bool:
-    """Retire a job: gone from status, check and metrics, its own pause ended (audited as
-    a resume); refused while it runs. Whether a pause ended with it."""
+    """Retire a job: gone from status, check and metrics (its census with it), its own
+    pause ended (audited as a resume); refused while it runs. Whether a pause ended with
+    it."""
     with database.translated(f"cannot forget job {job!r}"):
         schema.existing(conn, schema_name)
         with conn.transaction():

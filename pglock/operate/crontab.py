@@ -18,6 +18,7 @@ refused.
 from __future__ import annotations
 
 import os
+import re
 import shlex
 import shutil
 import sys
@@ -61,11 +62,21 @@ TZ_BY = ("cron", "pglock")
 EVERY_MINUTE = "* * * * *"
 
 
-def check_user(user: str | None) -> None:
-    """--user, of an /etc/cron.d line or a unit's User=: one word, no control characters."""
-    if user is not None and (not user or has_control(user)
-                             or any(c.isspace() for c in user)):
-        raise UsageError(f"--user: '{shown(user)}' is not a user name")
+# A user name as useradd and systemd's strict rule take it (a trailing `$`: a Samba machine
+# account); at most 32 bytes. Anything else would be read as something else: `%n` is a
+# specifier in User=, `a:b` a user and a group, quotes and `$` are a shell's or systemd's.
+_USER_NAME = re.compile(r"[A-Za-z_][A-Za-z0-9_.-]{0,31}\$?")
+USER_RULE = "letters, digits, _ . -, starting with a letter or _, at most 32 characters"
+
+
+def check_user(user: str | None, *, uid: bool = False) -> None:
+    """--user, of an /etc/cron.d line or a unit's User= (`uid`: a number too, which User=
+    takes and cron does not): a user name, never text either file would read otherwise."""
+    if user is None or _USER_NAME.fullmatch(user) or (uid and user.isascii()
+                                                        and user.isdigit()
+                                                        and len(user) <= 10):
+        return
+    raise UsageError(f"--user: '{shown(user)}' is not a user name ({USER_RULE})")
 
 
 def fragment(path: Path, jobs: Sequence[ConfiguredJob], pglock: str,

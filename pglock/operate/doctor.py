@@ -19,7 +19,7 @@ from pglock.errors import DatabaseError, PglockError
 from pglock.lock import heartbeat
 from pglock.operate import platforms
 from pglock.settings.config import Target
-from pglock.settings.durations import format_bound
+from pglock.settings.durations import format_bound, format_duration
 
 # Below this, advisory mode's session settings (idle_session_timeout) and
 # `clear --terminate`'s pg_terminate_backend(pid, timeout) do not exist.
@@ -114,6 +114,12 @@ SIGNAL_BACKEND = """
 SELECT rolsuper OR pg_has_role(current_user, 'pg_signal_backend', 'MEMBER')
 FROM pg_roles WHERE rolname = current_user
 """
+# Whether the schema's owner, as whom acquire runs (SECURITY DEFINER), may end the session
+# of an advisory holder stopped past its horizon (functions.sql, evict()).
+OWNER_SIGNALS = """
+SELECT r.rolname, r.rolsuper OR pg_has_role(r.oid, 'pg_signal_backend', 'MEMBER')
+FROM pg_namespace n JOIN pg_roles r ON r.oid = n.nspowner WHERE n.nspname = %(schema)s
+"""
 # Without pg_monitor (or pg_read_all_stats) a role sees the rows but not sync_state.
 REPLICATION = """
 SELECT current_setting('synchronous_standby_names'),
@@ -132,6 +138,7 @@ WHERE name IN ('idle_session_timeout', 'statement_timeout', 'lock_timeout')
 ORDER BY name
 """
 BACKEND_PID = "SELECT pg_backend_pid()"
+CAN_CREATE_IN = "SELECT has_schema_privilege(%(schema)s, 'CREATE')"
 
 
 def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
@@ -151,7 +158,7 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
         named: tuple[platforms.Platform, str] | None = None
         if not target.embedded:
             try:
-                named = platforms.identify(_reported(conn))
+                named = platforms.identify(_reported(conn, timeout))
                 findings.append(_platform(named))
             except (psycopg.Error, DatabaseError) as error:
                 findings.append(Finding("platform", Level.WARN,
@@ -164,7 +171,9 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
         judged = purpose or _widest(can)
         findings.append(_for_purpose(found, can, purpose))
         checks: list[tuple[str, Callable[[], Finding]]] = [
+            ("census", lambda: census(conn, schema_name, judged)),
             ("terminate", lambda: _signal_backend(conn, judged)),
+            ("evict", lambda: _owner_signals(conn, schema_name)),
             ("timeouts", lambda: _timeouts(conn)),
             ("commit", lambda: _synchronous_commit(conn)),
             ("connections", lambda: _connections(conn)),
@@ -349,10 +358,23 @@ def _schema_state(conn: psycopg.Connection[Any], name: str) -> Finding | int:
                        f"{database.first_line(error)}",
                        "`pglock init --print-grants --runner-role ROLE` (or --reader-role), "
                        "run by the schema's owner (docs/security.md)")
+    if row is None and not (found := schema.tables(conn, name)):
+        # Made empty for pglock (a DBA's CREATE SCHEMA): its first run creates the tables.
+        created = conn.execute(CAN_CREATE_IN, {"schema": name}).fetchone()
+        if created and created[0]:
+            return Finding("schema", Level.OK, f"schema {name!r} is empty; the first run "
+                           f"creates pglock's tables in it (version {schema.VERSION})")
+        return Finding("schema", Level.FAIL,
+                       f"schema {name!r} is empty and this role may not create in it",
+                       "a DBA applies `pglock init --print-sql`, then "
+                       "`pglock init --print-grants --runner-role ROLE` (docs/security.md)")
     if row is None:
-        return Finding("schema", Level.FAIL, f"schema {name!r} exists but holds no pglock tables",
-                       "another application's schema? choose another --schema, or apply "
-                       "`pglock init --print-sql`")
+        return Finding("schema", Level.FAIL,
+                       f"schema {name!r} holds tables that are not pglock's "
+                       f"({', '.join(found[:3])}{', ...' if len(found) > 3 else ''}), which "
+                       "every pglock command refuses",
+                       "give pglock a schema of its own (--schema, PGLOCK_SCHEMA, or schema "
+                       "in the config file)")
     if row[0] > schema.VERSION:
         return Finding("schema", Level.FAIL,
                        f"schema {name!r} is version {row[0]}, newer than this pglock "
@@ -392,6 +414,72 @@ def _capabilities(conn: psycopg.Connection[Any], name: str,
     return Finding("schema", Level.OK, detail), can
 
 
+def census(conn: psycopg.Connection[Any], schema_name: str, purpose: Purpose) -> Finding:
+    """The fleet's pglock versions (skew: hosts on an older one than the newest seen) and
+    its silent hosts (one that can no longer run the schema's version is one of them),
+    from the census (docs/operators.md). Read only when the schema is this version's."""
+    try:
+        with conn.transaction():
+            row = conn.execute(schema.query(SCHEMA_VERSION, schema_name)).fetchone()
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        row = None
+    if row is None or row[0] != schema.VERSION:
+        return Finding("census", Level.OK, f"no census to read yet (it comes with schema "
+                       f"version {schema.VERSION}; the next run creates or upgrades it)")
+    from pglock.reports import hosts
+
+    try:
+        with conn.transaction():
+            found = hosts.read(conn, schema_name)
+    except PglockError as error:
+        if purpose is Purpose.RUNNER:
+            return Finding("census", Level.OK, f"not readable by this role, which "
+                           f"{purpose.host} does not need ({database.first_line(error)})")
+        return Finding("census", Level.WARN, f"could not read it: {database.first_line(error)}",
+                       "`pglock init --print-grants --reader-role ROLE`, run by the schema's "
+                       "owner after each upgrade (docs/security.md)")
+    return census_finding(found)
+
+
+def census_finding(found: Any) -> Finding:
+    """The census judged: WARN for version skew or a silent host, naming them."""
+    from pglock.settings.text import escaped
+
+    if not found.hosts:
+        return Finding("census", Level.OK, "no host in the census yet (each run adds its own)")
+    versions = ", ".join(f"{escaped(v)} on {n}" for v, n in found.versions.most_common())
+    detail = f"{len(found.hosts)} hosts, pglock {versions}"
+    problems, advice = [], []
+    if found.skewed:
+        older = ", ".join(escaped(h.name) for h in found.skewed[:10])
+        more = f" and {len(found.skewed) - 10} more" if len(found.skewed) > 10 else ""
+        problems.append(f"version skew: older than {escaped(found.newest)}: {older}{more}")
+        advice.append("upgrade pglock on the older hosts (pglock hosts marks them)")
+    silent = [h for h in found.hosts if h.silent_jobs]
+    if silent:
+        named = ", ".join(f"{escaped(h.name)} ({', '.join(escaped(j) for j in h.silent_jobs)})"
+                          for h in silent[:10])
+        problems.append(f"silent: {named}" + (f" and {len(silent) - 10} more"
+                                              if len(silent) > 10 else ""))
+        advice.append("check those hosts' crontabs and pglock (one that cannot run this "
+                      "schema's version stops attempting), or pglock forget-host NAME for a "
+                      "host retired")
+    drifting = found.drifting
+    if drifting:
+        named = "; ".join(
+            f"{escaped(job)} ("
+            + ", ".join(f"{format_duration(ttl)} on {', '.join(map(escaped, hosts))}"
+                        for ttl, hosts in ttls.items()) + ")"
+            for job, ttls in list(drifting.items())[:10])
+        problems.append(f"hosts of one job on different ttls: {named}"
+                        + (f" and {len(drifting) - 10} more" if len(drifting) > 10 else ""))
+        advice.append("give every host of a job one ttl (the jobs file's `ttl`; the wait "
+                      "after a promotion is the longest: docs/ha.md, \"One ttl per job\")")
+    if not problems:
+        return Finding("census", Level.OK, f"{detail}; none silent")
+    return Finding("census", Level.WARN, f"{detail}; " + "; ".join(problems), "; ".join(advice))
+
+
 def _signal_backend(conn: psycopg.Connection[Any], purpose: Purpose) -> Finding:
     row = conn.execute(SIGNAL_BACKEND).fetchone()
     if row and row[0]:
@@ -403,6 +491,25 @@ def _signal_backend(conn: psycopg.Connection[Any], purpose: Purpose) -> Finding:
     return Finding("terminate", Level.WARN,
                    "this role lacks pg_signal_backend: clear --terminate cannot end an advisory "
                    "holder's session", "GRANT pg_signal_backend TO the pglock role (optional)")
+
+
+def _owner_signals(conn: psycopg.Connection[Any], schema_name: str) -> Finding:
+    """An advisory holder stopped past its horizon (Ctrl-Z, a debugger) keeps its session
+    and its session lock: the next contender ends that session (evict(), as the schema's
+    owner), which needs superuser or pg_signal_backend on the owner."""
+    row = conn.execute(OWNER_SIGNALS, {"schema": schema_name}).fetchone()
+    if row is None:
+        return Finding("evict", Level.OK, f"schema {schema_name!r} does not exist yet: its "
+                       "owner will be the role that creates it")
+    owner, signals = row
+    if signals:
+        return Finding("evict", Level.OK, f"the schema's owner {owner!r} may end the session "
+                       "of an advisory holder stopped past its lock's horizon")
+    return Finding("evict", Level.WARN,
+                   f"the schema's owner {owner!r} lacks pg_signal_backend: an advisory job "
+                   "whose holder is stopped (Ctrl-Z, a debugger) is skipped by every host "
+                   "until that holder wakes or is cleared",
+                   f"GRANT pg_signal_backend TO {owner} (or use lease mode)")
 
 
 def _pooling(conn: psycopg.Connection[Any], conninfo: str, timeout: float,
@@ -434,18 +541,29 @@ def _pooling(conn: psycopg.Connection[Any], conninfo: str, timeout: float,
     return Finding("pooling", Level.OK, "each connection keeps its own server session")
 
 
-def _reported(conn: psycopg.Connection[Any]) -> platforms.Reported:
+def _reported(conn: psycopg.Connection[Any], timeout: float) -> platforms.Reported:
     """What the server says of itself, for platforms.identify."""
     row = conn.execute(platforms.REPORTED, {
         "prefixes": [prefix + "%" for prefix in platforms.SETTING_PREFIXES],
         "roles": list(platforms.ROLES)}).fetchone()
     assert row is not None
     settings, roles, aurora = row
-    version = None
-    if aurora:
-        answer = conn.execute(platforms.AURORA_VERSION).fetchone()
-        version = None if answer is None else str(answer[0])
+    version = _aurora_version(conn, timeout) if aurora else None
     return platforms.Reported(version, frozenset(settings), frozenset(roles))
+
+
+def _aurora_version(conn: psycopg.Connection[Any], timeout: float) -> str:
+    """aurora_version()'s answer, shown safely; within --connect-timeout, as every other
+    wait of doctor's (a function of that name may be anyone's, and take any time)."""
+    try:
+        with conn.transaction():
+            conn.execute("SELECT set_config('statement_timeout', %s, true)",
+                         (f"{max(1, round(timeout * 1000))}ms",))
+            answer = conn.execute(platforms.AURORA_VERSION,
+                                  {"most": platforms.AURORA_SHOWN + 1}).fetchone()
+    except psycopg.errors.QueryCanceled:
+        return f"(no answer within {timeout:g}s)"
+    return platforms.aurora_answer(None if answer is None else answer[0])
 
 
 def _platform(found: tuple[platforms.Platform, str] | None) -> Finding:

@@ -22,31 +22,44 @@ class Platform:
 
     name: str
     # The longest failover its vendor or its users report, in seconds (None: no figure
-    # to hold a ttl against), and where that figure comes from.
+    # to hold a ttl against), and where that figure comes from. docs/platforms.md's
+    # failover and ttl columns are generated from these two (scripts/doc_figures.py), so
+    # doctor and the page cannot give two figures.
     failover: float | None
     source: str
 
 
 AURORA = Platform("Amazon Aurora PostgreSQL", 60.0,
-                  "30-60 s observed for a failover, plus the clients' DNS cache")
+                  "30-60 s observed, plus the clients' DNS cache (DNS TTL 5 s)")
 RDS = Platform("Amazon RDS for PostgreSQL", 120.0,
-               "Multi-AZ DB instance: typically 60-120 s (AWS); a Multi-AZ DB cluster "
+               "typically 60-120 s for a Multi-AZ DB instance (AWS); a Multi-AZ DB cluster "
                "fails over faster")
 CLOUD_SQL = Platform("Google Cloud SQL for PostgreSQL", 120.0,
-                     "HA instance: about 60 s to detect the failure, then the standby's "
+                     "an HA instance: about 60 s to detect the failure, then the standby's "
                      "promotion (summaries quote 60-120 s)")
 AZURE = Platform("Azure Database for PostgreSQL flexible server", 120.0,
                  "zone-redundant or same-zone HA: 60-120 s of downtime (Microsoft)")
 NEON = Platform("Neon", 120.0,
-                "a Postgres crash or VM failure: seconds; a node failure: 1-2 min (Neon)")
+                "a Postgres crash or VM failure: seconds; a node failure: 1-2 min; a zone: "
+                "1-10 min (Neon)")
 SUPABASE = Platform("Supabase", None,
-                    "no standby to fail over to unless a replica is promoted by hand")
+                    "no automatic failover on a single instance (an outage); a read replica "
+                    "is promoted by hand")
 CLOUDNATIVEPG = Platform("CloudNativePG", 10.0,
-                         "the primary's service switched within 10 s (CloudNativePG's "
-                         "end-to-end tests); failoverDelay adds to it")
-CRUNCHY = Platform("Crunchy Postgres for Kubernetes (Patroni)", 100.0,
-                   "Patroni's defaults (ttl 30 s, loop_wait 10 s): up to about 100 s "
-                   "(docs/ha.md)")
+                         "the primary's -rw service switched within 10 s (CloudNativePG's "
+                         "end-to-end tests), plus failoverDelay (default 0)")
+# Patroni leaves nothing in the server to recognise it by: its figure is the docs' and
+# Crunchy's, which runs it. F = Patroni's ttl + loop_wait + the promotion (docs/ha.md).
+PATRONI = Platform("Patroni", 45.0,
+                   "an unplanned failover: up to Patroni's ttl + loop_wait + the promotion, "
+                   "about 45 s with its defaults (ttl 30 s, loop_wait 10 s)")
+CRUNCHY = Platform("Crunchy Postgres for Kubernetes (Patroni)", PATRONI.failover,
+                   "Patroni's: up to its ttl + loop_wait + the promotion, about 45 s with "
+                   "its defaults (ttl 30 s, loop_wait 10 s)")
+# By the names docs/platforms.md's markers use (gen:failover:NAME, gen:platform-ttl:NAME).
+PLATFORMS = {"aurora": AURORA, "rds": RDS, "cloud-sql": CLOUD_SQL, "azure": AZURE,
+             "neon": NEON, "supabase": SUPABASE, "cloudnativepg": CLOUDNATIVEPG,
+             "patroni": PATRONI, "crunchy": CRUNCHY}
 
 # Settings whose names a vendor's build defines, by prefix; the roles it creates.
 SETTING_PREFIXES = ("rds.", "cloudsql.", "azure.", "neon.", "supautils.")
@@ -75,7 +88,22 @@ SELECT array(SELECT name FROM pg_settings WHERE name LIKE ANY(%(prefixes)s) ORDE
        array(SELECT rolname::text FROM pg_roles WHERE rolname = ANY(%(roles)s) ORDER BY 1),
        to_regproc('aurora_version') IS NOT NULL
 """
-AURORA_VERSION = "SELECT aurora_version()"
+# aurora_version()'s answer as doctor shows it: Aurora's are short (16.4.2); a function of
+# that name elsewhere may answer anything, which is cut here and shown escaped.
+AURORA_SHOWN = 60
+AURORA_VERSION = "SELECT left(aurora_version()::text, %(most)s)"
+
+
+def aurora_answer(value: object) -> str:
+    """aurora_version()'s answer as a clue: one line, printable, at most AURORA_SHOWN
+    characters; NULL as NULL."""
+    from pglock.settings.text import escaped
+
+    if value is None:
+        return "NULL"
+    text = str(value)
+    cut = text[:AURORA_SHOWN] + ("..." if len(text) > AURORA_SHOWN else "")
+    return escaped(cut)
 
 
 def identify(reported: Reported) -> tuple[Platform, str] | None:

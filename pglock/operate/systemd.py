@@ -36,6 +36,8 @@ _SOURCE = "# Jobs file: "
 PREFIX = "pglock-"
 # systemd's UNIT_NAME_MAX (256 with the NUL).
 UNIT_NAME_MAX = 255
+# Zones that count leap seconds: systemd applies them, pglock does not (leap_refusal).
+LEAP_ZONES = ("right/",)
 # systemd's calendar ends with the year 2199: its last elapse is before this.
 CALENDAR_END = datetime(2200, 1, 1, tzinfo=UTC)
 SKIP_CODE = 75
@@ -71,16 +73,25 @@ def unit_base(job: str) -> str:
 
 # ------------------------------------------------------------------ schedules
 
-def _component(values: frozenset[int], low: int, high: int, width: int = 2) -> str:
-    """A set of values as an OnCalendar= component: `*`, `START/STEP` for a progression
-    to the end of the range, else a list of values and ranges `A..B`."""
+def _component(values: frozenset[int], low: int, high: int, *, repeat: bool = False,
+               width: int = 2) -> str:
+    """A set of values as an OnCalendar= component: `*`; with `repeat`, `LOW/STEP` for a
+    progression from the range's start whose step divides the range; else a list of
+    values and ranges `A..B`.
+
+    systemd's repetitions part from cron's lists wherever a step carries into the next
+    hour, day, month or year (systemd-analyze calendar, systemd 252): `*:00/7` runs 23:56
+    then 00:07 (cron: 00:00), `00/7:00` runs 21:00 on the 30th then 07:00 on the 1st, and
+    a month's repetition in a zone finds no elapse at all. A step that divides the range
+    lands on its start again, which systemd gets right: those alone are written as one
+    (minutes and hours; a month's days have no one length)."""
     ordered = sorted(values)
     if ordered == list(range(low, high + 1)):
         return "*"
-    if len(ordered) > 2:
+    if repeat and len(ordered) > 2:
         step = ordered[1] - ordered[0]
-        if ordered == list(range(ordered[0], high + 1, step)):
-            return f"{ordered[0]:0{width}d}/{step}"
+        if (high - low + 1) % step == 0 and ordered == list(range(low, high + 1, step)):
+            return f"{low:0{width}d}/{step}"
     parts, start = [], ordered[0]
     for previous, value in zip(ordered, [*ordered[1:], None], strict=True):
         if value != previous + 1:
@@ -98,7 +109,8 @@ def calendar(plan: schedules.Schedule, zone: str | None) -> list[str]:
     """The OnCalendar= values that fire where cron's fields match, read in `zone` (None:
     the host's); the DST changes are `translate`'s."""
     minute, hour, days, months, weekdays = schedules.field_values(plan)
-    time = f"{_component(hour, 0, 23)}:{_component(minute, 0, 59)}:00"
+    hours, minutes = _component(hour, 0, 23, repeat=True), _component(minute, 0, 59, repeat=True)
+    time = f"{hours}:{minutes}:00"
     month = _component(months, 1, 12)
     suffix = f" {zone}" if zone else ""
     all_days, all_weekdays = len(days) == 31, len(weekdays) == 7
@@ -282,8 +294,8 @@ def units(path: Path, jobs: Sequence[ConfiguredJob], pglock: str, now: datetime,
           user: str | None = None) -> list[Unit]:
     """The .service and .timer of every scheduled job of `path`; UsageError names the
     first job that has none (its name, its schedule) before anything is written."""
-    check_user(user)
-    config = one_line(str(path.absolute()), "the config file's path", "a unit file")
+    check_user(user, uid=True)
+    config = one_line(spelled(path), "the config file's path", "a unit file")
     pglock = one_line(pglock, "pglock's path", "a unit file")
     written: list[Unit] = []
     bases: dict[str, str] = {}
@@ -299,6 +311,8 @@ def units(path: Path, jobs: Sequence[ConfiguredJob], pglock: str, now: datetime,
             plan = schedules.parse(job.schedule, job.tz, zone_source="tz")
         except UsageError as error:
             raise UsageError(f"{table_name(job.name)}: {error}") from None
+        if plan.zone.startswith(LEAP_ZONES):
+            raise UsageError(f"{table_name(job.name)}: {leap_refusal(plan.zone, job.tz)}")
         found = translate(plan, job.tz, now)
         if found.refused is not None:
             raise UsageError(f"{table_name(job.name)}: {found.refused}")
@@ -330,6 +344,30 @@ def units(path: Path, jobs: Sequence[ConfiguredJob], pglock: str, now: datetime,
     return written
 
 
+def leap_refusal(zone: str, tz: str | None) -> str:
+    """Why a zone that counts leap seconds (`right/...`) has no timer: systemd reads it
+    through the C library, which counts them (27 s since 1972), and pglock, as cron's
+    Python reader, does not: every elapse would come that much after pglock's slot."""
+    where = "its tz" if tz else "the host's zone (no tz)"
+    plain = zone.removeprefix("right/")
+    return (f"{where} {zone!r} counts leap seconds: a timer would fire about 27 s after "
+            f"each of pglock's slots; give the job tz = {plain!r}")
+
+
+def spelled(path: Path) -> str:
+    """The jobs file's path as a unit names it: absolute and without `.`, `..` or `//`
+    (PGLOCK_CONFIG=../w/jobs.toml), unless that would name another file (a symbolic link
+    before a `..`): --prune then finds the units of any spelling of it."""
+    given = path.absolute()
+    normal = Path(os.path.normpath(given))
+    try:
+        if normal != given and os.path.samefile(normal, given):
+            return str(normal)
+    except OSError:
+        pass
+    return str(given)
+
+
 def printed(written: Sequence[Unit]) -> str:
     """The units as `pglock systemd` prints them without --dir: each after a header."""
     return "\n".join(f"# ==> {unit.name} <==\n{unit.text}" for unit in written)
@@ -344,7 +382,14 @@ def ours(path: Path, config: str | None = None) -> bool:
         return False
     if first.rstrip("\n") != MARKER:
         return False
-    return config is None or second.rstrip("\n") == f"{_SOURCE}{config}"
+    if config is None or second.rstrip("\n") == f"{_SOURCE}{config}":
+        return True
+    # Written under another spelling of the jobs file's path (a relative one, a link).
+    source = second.rstrip("\n").removeprefix(_SOURCE)
+    try:
+        return second.startswith(_SOURCE) and os.path.samefile(source, config)
+    except OSError:
+        return False
 
 
 def install(directory: Path, written: Sequence[Unit], config: Path, prune: bool) -> list[str]:
@@ -353,7 +398,7 @@ def install(directory: Path, written: Sequence[Unit], config: Path, prune: bool)
     wrote for this jobs file whose jobs are gone. The names removed."""
     if not directory.is_dir():
         raise UsageError(f"--dir: {shown(str(directory))!r} is not a directory")
-    source = str(config.absolute())
+    source = spelled(config)
     for unit in written:
         target = directory / unit.name
         if (target.exists() or target.is_symlink()) and not ours(target):

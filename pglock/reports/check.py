@@ -15,6 +15,7 @@ from datetime import datetime
 from typing import Any
 
 from pglock.errors import UsageError
+from pglock.lock.census import SILENT_AFTER, Attendance
 from pglock.reports.jobs import Job, Problem, Snapshot, Weight
 from pglock.settings.durations import format_duration
 from pglock.settings.text import escaped
@@ -35,13 +36,30 @@ class PluginStatus(enum.IntEnum):
     OK = (0, "OK: no job has a problem (or there are no jobs yet)")
     WARNING = (1, "WARNING: failed runs in a row or missed slots reached a warning threshold, "
                   "a pause is older than --paused-warning, a run is past its "
-                  "--expect-duration (--slow-warning), or slots skipped while a run went on "
-                  "reached --skipped-warning")
+                  "--expect-duration (--slow-warning), slots skipped while a run went on "
+                  "reached --skipped-warning, a host stopped attempting a job "
+                  "(--silent-after), or fewer hosts fire a job than --hosts min=N")
     CRITICAL = (2, "CRITICAL: a stale lock, or failed runs in a row, missed slots or a slow "
                    "run reached a critical threshold")
     UNKNOWN = (3, "UNKNOWN: the jobs could not be judged: bad options, no database, a schema "
                   "pglock cannot read, a job that never ran, a schedule this host cannot "
                   "read, output that cannot be written; never another code")
+
+
+# --silent-after and --hosts min=N: at most these.
+SILENT_AFTER_MOST = 1000
+HOSTS_MOST = 100_000
+
+
+def parse_hosts(text: str | None) -> int | None:
+    """--hosts min=N: the hosts a job must keep firing it (None: not asked)."""
+    if text is None:
+        return None
+    name, equals, value = text.strip().partition("=")
+    if name.strip() != "min" or not equals or not value.strip().isdigit():
+        raise UsageError(f"--hosts: {text!r} is not min=N (the hosts each job must keep, "
+                         "such as min=2)")
+    return int(value)
 
 
 # A problem found outranks not knowing about one job.
@@ -66,6 +84,10 @@ class Thresholds:
     # Slots skipped in a row while a run of an earlier slot went on (runs that outlast
     # their interval) before check warns.
     skipped_warning: int = 1
+    # The census: slots (or usual intervals) without an attempt after which a host is
+    # silent for a job, and how many hosts each job must keep firing it (None: any).
+    silent_after: int = SILENT_AFTER
+    hosts_min: int | None = None
 
     def validate(self) -> None:
         """Refuse thresholds that cannot be met in order."""
@@ -74,6 +96,10 @@ class Thresholds:
                              f"--slow-critical ({format_duration(self.slow_critical)})")
         if self.skipped_warning < 1:
             raise UsageError("--skipped-warning must be 1 or more")
+        if not 1 <= self.silent_after <= SILENT_AFTER_MOST:
+            raise UsageError(f"--silent-after must be 1 to {SILENT_AFTER_MOST} slots")
+        if self.hosts_min is not None and not 1 <= self.hosts_min <= HOSTS_MOST:
+            raise UsageError(f"--hosts: min must be 1 to {HOSTS_MOST}")
         for name in ("failures", "missed"):
             warning, critical = getattr(self, f"{name}_warning"), getattr(self, f"{name}_critical")
             if warning < 1 or critical < 1:
@@ -175,11 +201,40 @@ def _skipped_running(job: Job, now: datetime) -> str:
             f"still going{latest} (runs outlast their interval; --catch-up runs them later)")
 
 
+def _silent_host(job: Job, now: datetime) -> str:
+    assert job.census is not None
+    silent = job.census.silent
+    names = ", ".join(_silence(found, now) for found in silent)
+    return (f"{'host' if len(silent) == 1 else 'hosts'} stopped attempting it: {names} "
+            f"(pglock hosts --job {job.name}; pglock forget-host for a host retired)")
+
+
+def _silence(found: Attendance, now: datetime) -> str:
+    whole = ", and every other job" if found.whole else ""
+    when = (f"none since the census restarted {_ago(found.last_attempt, now)}" if found.lost
+            else f"last attempt {_ago(found.last_attempt, now)}")
+    return f"{found.host} ({when}{whole})"
+
+
+def _ttl_drift(job: Job, now: datetime) -> str:
+    assert job.census is not None
+    return (f"its hosts run it with different ttls: {ttl_drift(job)} (the wait after a "
+            "promotion is the longest: give every host one ttl; docs/ha.md)")
+
+
+def ttl_drift(job: Job) -> str:
+    """`30s on web-1, web-2; 45s on web-3`: the ttls the job's hosts ran it with."""
+    assert job.census is not None
+    return "; ".join(f"{format_duration(ttl)} on {', '.join(hosts)}"
+                     for ttl, hosts in job.census.ttls.items())
+
+
 # Each problem's reason, as the line under the summary says it.
 REASONS: dict[Problem, Callable[[Job, datetime], str]] = {
     Problem.DEAD: _dead, Problem.STALE: _stale, Problem.FAILED: _failed, Problem.OVERDUE: _overdue,
     Problem.SLOW: _slow, Problem.UNREADABLE: _unreadable, Problem.PAUSED: _paused,
-    Problem.SKIPPED_RUNNING: _skipped_running,
+    Problem.SKIPPED_RUNNING: _skipped_running, Problem.SILENT_HOST: _silent_host,
+    Problem.TTL_DRIFT: _ttl_drift,
 }
 
 
@@ -206,14 +261,32 @@ def level(job: Job, problem: Problem, thresholds: Thresholds) -> PluginStatus:
         case Weight.SKIPPED:
             return (PluginStatus.WARNING if job.skipped.streak >= thresholds.skipped_warning
                     else PluginStatus.OK)
+        case Weight.SILENT | Weight.DRIFT:
+            return PluginStatus.WARNING
 
 
 def judge(job: Job, thresholds: Thresholds, now: datetime) -> Verdict:
     """The job's status under the thresholds."""
     found = [(level(job, problem, thresholds), REASONS[problem](job, now))
              for problem in job.problems]
+    if few_hosts(job, thresholds):
+        found.append((PluginStatus.WARNING, _few_hosts(job, thresholds)))
     reasons = tuple(reason for status, reason in found if status is not PluginStatus.OK)
     return Verdict(job, worst([status for status, _ in found]), reasons)
+
+
+def few_hosts(job: Job, thresholds: Thresholds) -> bool:
+    """Whether fewer hosts fire the job than --hosts min=N asks."""
+    return (thresholds.hosts_min is not None and job.census is not None
+            and len(job.census.attending) < thresholds.hosts_min)
+
+
+def _few_hosts(job: Job, thresholds: Thresholds) -> str:
+    assert job.census is not None
+    attending = [found.host for found in job.census.attending]
+    which = f" ({', '.join(attending)})" if attending else ""
+    count = "1 host fires it" if len(attending) == 1 else f"{len(attending)} hosts fire it"
+    return f"{count}{which}, fewer than --hosts min={thresholds.hosts_min}"
 
 
 def evaluate(snapshot: Snapshot, thresholds: Thresholds, job: str | None = None) -> Report:
@@ -228,10 +301,14 @@ def evaluate(snapshot: Snapshot, thresholds: Thresholds, job: str | None = None)
     # not counted ok too: ok and the problems count each job once, unless it has several.
     ok = sum(v.status is PluginStatus.OK and not any(p.counted for p in v.job.problems)
              for v in verdicts)
-    jobs = "1 job" if len(verdicts) == 1 else f"{len(verdicts)} jobs"
-    parts = ", ".join(f"{n} {problem}" for problem, n in counts.items() if n)
-    summary = f"{jobs}: {parts + ', ' if parts else ''}{ok} ok"
     numbers = {"jobs": len(verdicts), "ok": ok, **{str(p): n for p, n in counts.items()}}
+    if thresholds.hosts_min is not None:
+        # Not a problem of the job model: a count this check was asked to hold the jobs to.
+        numbers["few_hosts"] = sum(few_hosts(v.job, thresholds) for v in verdicts)
+    jobs = "1 job" if len(verdicts) == 1 else f"{len(verdicts)} jobs"
+    parts = ", ".join(f"{n} {name}" for name, n in numbers.items()
+                      if n and name not in ("jobs", "ok"))
+    summary = f"{jobs}: {parts + ', ' if parts else ''}{ok} ok"
     return Report(status, summary, numbers, verdicts, job, snapshot.now)
 
 
@@ -301,7 +378,12 @@ def _job_json(verdict: Verdict) -> dict[str, Any]:
             "expected_max": job.slow_after, "over_by": job.slow_for},
         "due_at": None if due is None else _iso(due.due_at),
         "next_fire": None if due is None else _iso(due.next_fire),
-        "missed_slots": 0 if due is None else due.missed}
+        "missed_slots": 0 if due is None else due.missed,
+        "hosts": None if job.census is None else {
+            "attending": len(job.census.attending),
+            "silent": [{"host": found.host, "last_attempt": None if found.lost
+                        else _iso(found.last_attempt),
+                        "whole": found.whole} for found in job.census.silent]}}
 
 
 def _healthy(job: Job, now: datetime | None) -> str:

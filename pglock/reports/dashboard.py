@@ -79,9 +79,9 @@ WHERE job = %(job)s AND slot >= %(since)s AND outcome <> 'cleared'
 GROUP BY 1
 """
 AUDIT = """
-SELECT id, at, coalesce(job, '') AS job, action, by, reason, detail
+SELECT id, at, coalesce(job, '') AS job, action, by, reason, detail, host
 FROM {schema}.audit
-WHERE (%(job)s::text IS NULL OR job = %(job)s OR job IS NULL)
+WHERE (%(job)s::text IS NULL OR job = %(job)s OR (job IS NULL AND host IS NULL))
   AND (%(before)s::bigint IS NULL OR id < %(before)s)
 ORDER BY id DESC LIMIT %(limit)s
 """
@@ -239,14 +239,12 @@ def _fires_by_day(plan: Any, first: datetime, now: datetime) -> dict[Any, int]:
     side are stepped through fire time by fire time, as cron fires then (a repeated hour,
     a skipped one). At most a lookup per day of the window, and 240 per DST change.
     """
-    from croniter import croniter
-
     from pglock.settings import schedule
 
     tz = plan.tz
-    minutes, hours = croniter(plan.expr).expanded[:2]
-    in_day = sorted(60 * h + m for h in (range(24) if hours == ["*"] else hours)
-                    for m in (range(60) if minutes == ["*"] else minutes))
+    # The fields as `run` reads them (croniter's own reading takes `1-1` for `*`).
+    minutes, hours = schedule.field_values(plan)[:2]
+    in_day = sorted(60 * h + m for h in hours for m in minutes)
     end = now - timedelta(minutes=10)
     until = end + timedelta(microseconds=1)  # `end` itself included
     counts: dict[Any, int] = {}

@@ -24,7 +24,8 @@ SELECT id, job, started_at, finished_at, holder, holder_pid, mode, outcome, exit
         WHERE s.job = runs.job AND s.slot = runs.slot) AS attempt_limit,
        manual,
        coalesce((SELECT s.caught_up FROM {schema}.slots s
-                 WHERE s.job = runs.job AND s.slot = runs.slot), false) AS caught_up
+                 WHERE s.job = runs.job AND s.slot = runs.slot), false) AS caught_up,
+       late_reason, trace_id, span_id
 FROM {schema}.runs
 """
 # Each filter is a constant; only the ones asked for are joined in, so every query is one
@@ -42,16 +43,18 @@ SELECT EXISTS (SELECT FROM {schema}.jobs WHERE job = %(job)s)
 """
 # Operator actions on the job (or on every job: job NULL), newest first.
 ACTIONS = """
-SELECT id, at, coalesce(job, '') AS job, action, by, reason, detail
+SELECT id, at, coalesce(job, '') AS job, action, by, reason, detail, host
 FROM {schema}.audit
-WHERE (%(job)s::text IS NULL OR job = %(job)s OR job IS NULL)
+-- A job's actions and those on every job; an action on a host (forget-host) is neither.
+WHERE (%(job)s::text IS NULL OR job = %(job)s OR (job IS NULL AND host IS NULL))
   AND (%(since)s::interval IS NULL OR at >= now() - %(since)s::interval)
 ORDER BY at DESC, id DESC LIMIT %(limit)s
 """
 # A job's slots that no run took, from its summary row (schema version 6).
 SKIPPED = """
 SELECT coalesce(skipped_running, 0), skipped_running_slot, coalesce(skipped_running_streak, 0),
-       coalesce(catch_up_skipped, 0), catch_up_skipped_slot
+       coalesce(catch_up_skipped, 0), catch_up_skipped_slot, coalesce(promotion_missed, 0),
+       promotion_missed_slot
 FROM {schema}.jobs WHERE job = %(job)s
 """
 # Audit rows of `clear` are history, but not runs: they count in no figure.
@@ -109,11 +112,17 @@ class RunRow:
     manual: bool = False
     # Its slot was run by a catch-up (--catch-up), after its time.
     caught_up: bool = False
+    # Why it started late ('promotion_wait': it waited out the wait after a promotion).
+    late: str | None = None
+    # A traced run's W3C trace id and its span's id, in hex (None: not traced).
+    trace_id: str | None = None
+    span_id: str | None = None
 
 
 @dataclass(frozen=True)
 class Action:
-    """An operator's action: clear, pause, resume, stop, forget (job '' is every job)."""
+    """An operator's action: clear, pause, resume, stop, forget (job '' is every job), or
+    forget-host (`host` names it; job '')."""
 
     id: int
     at: datetime
@@ -122,6 +131,7 @@ class Action:
     by: str
     reason: str | None
     detail: str | None
+    host: str | None = None
 
 
 @dataclass(frozen=True)
@@ -234,8 +244,9 @@ def percentile(ordered: list[float], fraction: float) -> float | None:
 
 
 def skipped_slots(conn: psycopg.Connection[Any], schema_name: str, job: str) -> Skipped | None:
-    """The job's slots skipped while a run went on and given up by catch-up (None: none)."""
+    """The job's slots skipped while a run went on, given up by catch-up, or lost to the
+    wait after a promotion (None: none)."""
     row = conn.execute(schema.query(SKIPPED, schema_name), {"job": job}).fetchone()
-    if row is None or not (row[0] or row[3]):
+    if row is None or not (row[0] or row[3] or row[5]):
         return None
-    return Skipped(int(row[0]), row[1], int(row[2]), int(row[3]), row[4])
+    return Skipped(int(row[0]), row[1], int(row[2]), int(row[3]), row[4], int(row[5]), row[6])

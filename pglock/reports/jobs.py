@@ -21,7 +21,8 @@ import psycopg
 
 from pglock.db import database, schema
 from pglock.errors import UsageError
-from pglock.lock import ledger
+from pglock.lock import census, ledger
+from pglock.lock.census import Census
 from pglock.lock.ledger import Outcome
 
 # Outcomes of a finished run ('running' is not one; 'cleared' is an audit row).
@@ -93,6 +94,7 @@ SELECT coalesce(j.job, l.job) AS name,
        j.windows, coalesce(j.skipped_running, 0) AS skipped_running, j.skipped_running_slot,
        coalesce(j.skipped_running_streak, 0) AS skipped_running_streak,
        coalesce(j.catch_up_skipped, 0) AS catch_up_skipped, j.catch_up_skipped_slot,
+       coalesce(j.promotion_missed, 0) AS promotion_missed, j.promotion_missed_slot,
        -- Its own pause before a pause of every job.
        CASE WHEN own.job IS NULL THEN every_job.paused_at ELSE own.paused_at END AS paused_at,
        CASE WHEN own.job IS NULL THEN every_job.paused_by ELSE own.paused_by END AS paused_by,
@@ -147,8 +149,9 @@ COLUMNS = (
     "timezone", "grace", "last_slot", "next_slot", "last_attempt", "attempt_limit",
     "dead_slot", "dead_attempts", "dead_error", "windows", "skipped_running",
     "skipped_running_slot", "skipped_running_streak", "catch_up_skipped",
-    "catch_up_skipped_slot", "paused_at", "paused_by", "pause_reason",
-    "paused_until", "paused_everywhere", "seats_used", "seat_limit", "run_note", "listed")
+    "catch_up_skipped_slot", "promotion_missed", "promotion_missed_slot", "paused_at",
+    "paused_by", "pause_reason", "paused_until", "paused_everywhere", "seats_used",
+    "seat_limit", "run_note", "listed")
 # When a job asked for by name was forgotten (None: it never ran here).
 FORGOTTEN = """
 SELECT forgotten_at FROM {schema}.jobs WHERE job = %(job)s AND forgotten_at IS NOT NULL
@@ -236,6 +239,10 @@ class Weight(enum.Enum):
     SLOW = "slow"
     # WARNING once --skipped-warning slots in a row were skipped while runs went on.
     SKIPPED = "skipped"
+    # WARNING: a host stopped attempting the job (the census; --silent-after).
+    SILENT = "silent"
+    # WARNING: the hosts that fire the job run it with different ttls (the census).
+    DRIFT = "drift"
 
 
 class Problem(enum.StrEnum):
@@ -266,6 +273,13 @@ class Problem(enum.StrEnum):
     # Slots skipped because a run of an earlier slot still held the lock (runs outlast
     # their interval); counted in a row until a run ends having skipped none.
     SKIPPED_RUNNING = ("skipped_running", Weight.SKIPPED, True)
+    # A host that attempted the job before has stopped (the census: lock/census.py);
+    # judged only when the census was read.
+    SILENT_HOST = ("silent_host", Weight.SILENT, True)
+    # The hosts that fire the job run it with different ttls (the census): the wait after
+    # a promotion is as long as the longest, and a ttl first used in the replication lag
+    # before an asynchronous failover is not waited out (docs/ha.md, "One ttl per job").
+    TTL_DRIFT = ("ttl_drift", Weight.DRIFT, False)
 
 
 @dataclass(frozen=True)
@@ -352,14 +366,17 @@ class Due:
 @dataclass(frozen=True)
 class Skipped:
     """Slots of a scheduled job that no run took, and why: the trigger found the run of an
-    earlier slot still going (`running`; `streak` of them in a row), or a catch-up gave
-    them up (older than its limit or deadline)."""
+    earlier slot still going (`running`; `streak` of them in a row), a catch-up gave
+    them up (older than its limit or deadline), or the wait after a promotion ended past
+    the trigger's --deadline (`promotion`)."""
 
     running: int = 0
     running_slot: datetime | None = None
     streak: int = 0
     catch_up: int = 0
     catch_up_slot: datetime | None = None
+    promotion: int = 0
+    promotion_slot: datetime | None = None
 
 
 @dataclass(frozen=True)
@@ -418,6 +435,10 @@ class Job:
     # While inside one of its --window: when that window ends.
     window_until: datetime | None = None
     skipped: Skipped = Skipped()
+    # Its --window list, as its runs recorded it.
+    windows: tuple[str, ...] = ()
+    # Its hosts, judged (None: the census was not read).
+    census: Census | None = None
 
     @property
     def paused_for(self) -> float | None:
@@ -476,6 +497,8 @@ class Snapshot:
     unlisted: int = 0
     # The job asked for, not found because `pglock forget` forgot it: when.
     forgotten: datetime | None = None
+    # The schema has no pglock tables (none created yet, or a typo'd --schema).
+    schema_missing: bool = False
 
     def unknown(self, job: str, schema_name: str | None = None) -> str:
         """Why the job asked for is not in the snapshot, in one line."""
@@ -487,16 +510,44 @@ class Snapshot:
 
 
 def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None, *,
-         everything: bool = True) -> Snapshot:
+         everything: bool = True, hosts: bool = False,
+         silent_after: int = census.SILENT_AFTER) -> Snapshot:
     """Every job, or the one named: none while pglock never ran here (no schema yet);
     a schema that `run` would refuse (newer, no version row, a table missing) fails.
     everything=False leaves out the jobs sure to be idle when there are more than
-    LIST_ALL_UPTO jobs, and counts them in `unlisted`."""
+    LIST_ALL_UPTO jobs, and counts them in `unlisted`. hosts=True reads the census too:
+    each job's hosts, judged after `silent_after` slots (Problem.SILENT_HOST)."""
+    snapshot = _read(conn, schema_name, job, everything=everything)
+    if not hosts or not snapshot.jobs:
+        return snapshot
+    found = census.read(conn, schema_name, job)
+    return replace(snapshot, jobs=[attended(j, found.get(j.name, []), silent_after)
+                                   for j in snapshot.jobs])
+
+
+def attended(job: Job, rows: list[census.Attendance],
+             after: int = census.SILENT_AFTER) -> Job:
+    """The job with its hosts judged by the census's rule at the job's `now`."""
+    recorded = census.Recorded(job.schedule, job.timezone,
+                               job.due.grace if job.due is not None else None, job.windows)
+    cutoff = census.since(recorded, job.now, after)
+    found = census.judged(rows, job.now, cutoff, after)
+    problems: tuple[Problem, ...] = tuple(p for p in job.problems if p not in (
+        Problem.SILENT_HOST, Problem.TTL_DRIFT))
+    if found.silent:
+        problems = (*problems, Problem.SILENT_HOST)
+    if len(found.ttls) > 1:
+        problems = (*problems, Problem.TTL_DRIFT)
+    return replace(job, census=found, problems=problems)
+
+
+def _read(conn: psycopg.Connection[Any], schema_name: str, job: str | None, *,
+          everything: bool) -> Snapshot:
     with database.translated(f"cannot read the jobs of schema {schema_name!r}"):
         if not schema.readable(conn, schema_name):
             row = conn.execute("SELECT now()").fetchone()
             assert row is not None
-            return Snapshot(row[0], [])
+            return Snapshot(row[0], [], schema_missing=True)
         # Binary rows: with 10,000 jobs, parsing timestamps from text is most of the cost.
         cursor = conn.cursor(binary=True)
         rows = cursor.execute(schema.query(JOBS, schema_name), {
@@ -538,7 +589,8 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
      last_finished_at, last_duration, last_success_at, outcome_counts, consecutive_failures,
      schedule_expr, timezone, grace, last_slot, next_slot, last_attempt, attempt_limit,
      dead_slot, dead_attempts, dead_error, windows, skipped_running, skipped_running_slot,
-     skipped_running_streak, catch_up_skipped, catch_up_skipped_slot, paused_at, paused_by,
+     skipped_running_streak, catch_up_skipped, catch_up_skipped_slot, promotion_missed,
+     promotion_missed_slot, paused_at, paused_by,
      pause_reason, paused_until, paused_everywhere, seats_used, seat_limit, run_note, _) = row
     lock = None
     if lock_mode is not None:
@@ -552,7 +604,8 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
     due, note = standing(schedule_expr, timezone, grace, last_slot, next_slot, now, windows)
     window_until = in_window(windows, timezone, now) if windows else None
     skipped = Skipped(int(skipped_running), skipped_running_slot, int(skipped_running_streak),
-                      int(catch_up_skipped), catch_up_skipped_slot)
+                      int(catch_up_skipped), catch_up_skipped_slot, int(promotion_missed),
+                      promotion_missed_slot)
     run_open = bool(run_open)
     pause = None
     if paused_at is not None:
@@ -578,7 +631,7 @@ def _from_row(now: datetime, row: tuple[Any, ...]) -> Job:
         lock_state=lock_state, state=state, problems=problems, pause=pause, dead=dead,
         attempt=last_attempt, attempt_limit=attempt_limit,
         seats=None if seat_limit is None else Seats(int(seats_used), seat_limit),
-        slow_after=slow_after, window_until=window_until, skipped=skipped)
+        slow_after=slow_after, window_until=window_until, skipped=skipped, windows=windows)
 
 
 def classify(now: datetime, lock: Lock | None, run_open: bool, last_run: LastRun | None,

@@ -92,6 +92,10 @@ FAMILIES = (
     Family("pglock_job_slots_skipped_catch_up_total", "counter",
            "Missed slots a catch-up gave up (older than --catch-up-limit or --deadline).",
            lambda j: None if j.schedule is None else float(j.skipped.catch_up)),
+    Family("pglock_job_slots_missed_promotion_wait_total", "counter",
+           "Slots of the job given up because the wait after a promotion ended past the "
+           "trigger's --deadline.",
+           lambda j: None if j.schedule is None else float(j.skipped.promotion)),
     Family("pglock_job_in_window", "gauge",
            "1 while the job is inside one of its maintenance windows (--window).",
            lambda j: None if j.schedule is None else _flag(j.window_until is not None)),
@@ -111,6 +115,14 @@ FAMILIES = (
            "When the pause in force on the job ends (Unix time; no sample unless paused "
            "with --until).",
            lambda j: None if j.pause is None else _stamp(j.pause.until)),
+    Family("pglock_job_hosts", "gauge",
+           "Hosts that fire the job: attempted it within its last two slots (unscheduled: "
+           "twice their usual interval), winners and losers alike (the census).",
+           lambda j: None if j.census is None else float(len(j.census.attending))),
+    Family("pglock_job_silent_hosts", "gauge",
+           "Hosts that attempted the job before and stopped: no attempt for more than two "
+           "of its slots (unscheduled: twice their usual interval), and at least 2 minutes.",
+           lambda j: None if j.census is None else float(len(j.census.silent))),
 )
 
 STATES = Family("pglock_job_state", "gauge",
@@ -122,6 +134,10 @@ DURATION = Family("pglock_job_duration_seconds", "histogram",
 OUTSIDE = Family("pglock_job_runs_outside_expected_total", "counter",
                  "Finished runs that took less than --expect-duration's MIN (bound=min) or "
                  "more than its MAX (bound=max).", lambda j: None)
+HOST_SEEN = Family("pglock_host_last_seen_timestamp_seconds", "gauge",
+                   "When the host last attempted any job (Unix time; the census rewrites it "
+                   "at most once a minute), labelled with the pglock version it runs.",
+                   lambda j: None)
 GENERATED = Family("pglock_metrics_timestamp_seconds", "gauge",
                    "When this exposition was read from the database (its clock; Unix time).",
                    lambda j: None)
@@ -162,10 +178,12 @@ class Histograms:
 
 @dataclass(frozen=True)
 class Exposition:
-    """What metrics renders: the job model's snapshot and the jobs' duration histograms."""
+    """What metrics renders: the job model's snapshot (with its census), the jobs' duration
+    histograms, and the census's hosts (HOSTS rows of reports/hosts.py)."""
 
     snapshot: Snapshot
     histograms: Histograms = field(default_factory=Histograms)
+    hosts: list[tuple[Any, ...]] = field(default_factory=list)
 
 
 def read_durations(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None,
@@ -239,6 +257,11 @@ def chunks(found: Snapshot | Exposition) -> Iterator[str]:
                  for job, name in zip(snapshot.jobs, names, strict=True))
     yield "\n".join(lines) + "\n"
     yield from _durations(exposition, names)
+    lines = list(_header(HOST_SEEN))
+    lines.extend(f'{HOST_SEEN.name}{{host="{escape_label(host)}",version="'
+                 f'{escape_label(version)}"}} {_number(seen.timestamp())}'
+                 for host, version, _, _, seen in exposition.hosts if seen is not None)
+    yield "\n".join(lines) + "\n"
     lines = list(_header(GENERATED))
     lines.append(f"{GENERATED.name} {_number(snapshot.now.timestamp())}")
     yield "\n".join(lines) + "\n"

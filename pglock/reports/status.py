@@ -34,13 +34,17 @@ class Status:
     actions: list[history.Action] = field(default_factory=list)
     # Idle jobs left out of `jobs` (the default view of a large fleet).
     unlisted: int = 0
+    # The schema has no pglock tables yet (or --schema names another).
+    schema_missing: bool = False
 
 
 def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None, *,
          everything: bool = True) -> Status:
     """All jobs' status, or one job's with its recent runs (UnknownJob if never seen);
     everything=False leaves out the idle jobs of a large fleet (counted in `unlisted`)."""
-    snapshot = jobs.read(conn, schema_name, job, everything=everything or job is not None)
+    # One job's status names its hosts (the census); every job's leaves them out.
+    snapshot = jobs.read(conn, schema_name, job, everything=everything or job is not None,
+                         hosts=job is not None)
     if job is not None and not snapshot.jobs:
         raise UnknownJob(snapshot.unknown(job, schema_name))
     runs: list[history.RunRow] = []
@@ -50,7 +54,8 @@ def read(conn: psycopg.Connection[Any], schema_name: str, job: str | None = None
             filters = history.Filters(job=job, limit=RECENT_RUNS)
             runs = history.recent(conn, schema_name, filters)
             actions = history.actions(conn, schema_name, filters)
-    return Status(snapshot.now, snapshot.jobs, runs, job, actions, snapshot.unlisted)
+    return Status(snapshot.now, snapshot.jobs, runs, job, actions, snapshot.unlisted,
+                  snapshot.schema_missing)
 
 
 def one(conn: psycopg.Connection[Any], schema_name: str, job: str) -> Job | None:

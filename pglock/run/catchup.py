@@ -6,21 +6,12 @@ attempts, then the trigger's own slot."""
 
 from __future__ import annotations
 
-import logging
-from datetime import datetime, timedelta
+from datetime import datetime
 from typing import NamedTuple
 
 from pglock.lock.lease import Claim
 from pglock.run.options import RunOptions
 from pglock.settings import schedule
-
-log = logging.getLogger(__name__)
-
-# How far ahead of the database's clock a caught-up slot may be: a host's clock that NTP
-# keeps is within this (doctor warns from 2 s), and it is a fraction of cron's shortest
-# interval. A slot further ahead is one the database's clock has not reached: a host whose
-# clock runs hours fast would otherwise run every slot between, each before its time.
-AHEAD_ALLOWED = timedelta(seconds=60)
 
 
 class Plan(NamedTuple):
@@ -58,22 +49,3 @@ def next_slot(options: RunOptions, expr: str, when: datetime) -> datetime:
 def _schedule(options: RunOptions, expr: str) -> schedule.Schedule:
     zone, source = options.zone()
     return schedule.parse(expr, zone, zone_source=source)
-
-
-def not_ahead(planned: Plan, database_now: datetime, job: str) -> Plan:
-    """The plan without the slots ahead of the database's clock (by more than
-    AHEAD_ALLOWED): they are neither run nor given up; their own triggers run them."""
-    limit = database_now + AHEAD_ALLOWED
-    kept = [when for when in planned.run if when <= limit]
-    if len(kept) < len(planned.run):
-        ahead = planned.run[-1] - database_now
-        log.warning("job %r: not catching up %d slots ahead of the database's clock (this "
-                    "host's clock runs at least %s fast; is NTP running?)", job,
-                    len(planned.run) - len(kept), _rounded(ahead))
-    return Plan(kept, planned.given_up)
-
-
-def _rounded(span: timedelta) -> str:
-    from pglock.settings.durations import format_duration
-
-    return format_duration(float(int(span.total_seconds())))

@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING
 
 from pglock.errors import ExitStatus, PglockError
 from pglock.lock import clock
-from pglock.run.tree import become_subreaper, children, descendants, outside_group
+from pglock.run.tree import become_subreaper, children, descendants, is_stopped, outside_group
 from pglock.settings.config import shown
 
 # A host that loses the race needs Child for its signal gate's types only: the watchdog
@@ -89,7 +89,8 @@ class Child:
         and is killed if pglock dies. Past `start_by` on the stopwatch, checked after every
         preparation and immediately before the fork, nothing is forked: LateStart.
         """
-        from pglock.run.watchdog import Watchdog
+        from pglock.run import terminal
+        from pglock.run.watchdog import Command, Watchdog
 
         if not argv or not argv[0]:
             # execvp("") fails with EACCES on some systems: still a command not found.
@@ -99,7 +100,8 @@ class Child:
         late = clock.now() - deadlines.start_by
         if late >= 0:
             raise _late(f"{late:.1f}")
-        watchdog = Watchdog(argv, env, outputs, reaping,
+        # A shell's foreground job hands the terminal on to its command (run/terminal.py).
+        watchdog = Watchdog(Command(argv, env, outputs, terminal.ours()), reaping,
                             (deadlines.start_by, deadlines.watch_until, deadlines.grace))
         started = watchdog.started
         if started.kind == b"S":
@@ -155,6 +157,19 @@ class Child:
         """The return code once the command has exited (-N for signal N)."""
         status = self.watchdog.exit_status()
         return None if status is None else _returncode(status)
+
+    def stopped(self) -> int | None:
+        """The signal that stopped the command since last asked (seen by poll()), if it
+        is stopped still; None: none. A stop that is over is no news: pglock's own
+        (SignalGate._suspend stops the command with itself, and continues it)."""
+        signum = self.watchdog.stopped()
+        return signum if signum is not None and is_stopped(self.pid) else None
+
+    def signal_outside(self, signum: int) -> None:
+        """Signal what the command left outside its group (its group had the signal)."""
+        for pid in outside_group(self.lingering(), self.pid):
+            with contextlib.suppress(ProcessLookupError, PermissionError):
+                os.kill(pid, signum)
 
     def wait(self) -> int:
         """Block until the command has exited; its return code."""

@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import os
+from typing import TYPE_CHECKING
 
 from pglock.lock import lease
 from pglock.run.options import RunOptions
+
+if TYPE_CHECKING:
+    from pglock.run.tracing import Trace
 
 # What the command finds in its environment (man pglock-run, ENVIRONMENT).
 COMMAND_VARIABLES = {
@@ -24,13 +28,40 @@ COMMAND_VARIABLES = {
                       "every host's attempts at the slot): with PGLOCK_SLOT, an idempotency key",
     "PGLOCK_DSN": "when pglock got it, without its password: the same database for a nested "
                   "pglock run, which authenticates by ~/.pgpass or the like (docs/security.md)",
+    "TRACEPARENT": "when the run is traced (TRACEPARENT or an OTLP endpoint in pglock's "
+                   "environment): the W3C trace context naming the run's span, so that a "
+                   "command using OpenTelemetry continues the trace; TRACESTATE and BAGGAGE "
+                   "as pglock got them (docs/monitoring.md, Tracing)",
+}
+
+
+# What `pglock run` reads besides its options' variables (man pglock-run, ENVIRONMENT):
+# OpenTelemetry's, for tracing (docs/monitoring.md, Tracing; run/tracing.py, run/otlp.py).
+TRACE_VARIABLES = {
+    "TRACEPARENT": "the trace the run joins (W3C Trace Context; a malformed one is ignored, "
+                   "said with -v, and the run starts a new trace); with TRACESTATE and "
+                   "BAGGAGE, passed on to the command",
+    "OTEL_EXPORTER_OTLP_ENDPOINT": "(or OTEL_EXPORTER_OTLP_TRACES_ENDPOINT) the collector the "
+                                   "run's span is sent to, as OTLP/HTTP JSON, once the lock "
+                                   "is let go",
+    "OTEL_EXPORTER_OTLP_HEADERS": "headers of that request (never shown); also _TIMEOUT "
+                                  "(milliseconds, at most 2 s), _PROTOCOL, _COMPRESSION, "
+                                  "_CERTIFICATE, _CLIENT_CERTIFICATE, _CLIENT_KEY, each with "
+                                  "its _TRACES_ variant",
+    "OTEL_SERVICE_NAME": "the span's service.name (default pglock); OTEL_RESOURCE_ATTRIBUTES, "
+                         "its resource's other attributes",
+    "OTEL_SDK_DISABLED": "true: no span, the trace context passed to the command as it came; "
+                         "OTEL_TRACES_EXPORTER=none: the span is not sent",
 }
 
 
 def command_environment(options: RunOptions, claim: lease.Claim, run_id: int,
-                        attempt: int = 1) -> dict[str, str]:
-    """The command's environment: ours, plus what it needs to fence its own writes."""
+                        attempt: int = 1, trace: Trace | None = None) -> dict[str, str]:
+    """The command's environment: ours, plus what it needs to fence its own writes (and,
+    traced, to continue the trace)."""
     env = dict(os.environ)
+    if trace is not None:
+        trace.propagate(env)
     _without_dsn_password(env)
     env.update(PGLOCK_JOB=options.job, PGLOCK_RUN_ID=str(run_id),
                PGLOCK_FENCING_TOKEN=str(claim.fencing_token), PGLOCK_HOLDER=options.holder,

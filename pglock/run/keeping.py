@@ -11,7 +11,14 @@ import psycopg
 from pglock.db.database import Reconnecting
 from pglock.errors import ExitStatus, PglockError
 from pglock.lock import advisory, clock, lease
-from pglock.lock.heartbeat import RETRY_INTERVAL, LeaseRenewer, Renewer, slack
+from pglock.lock.heartbeat import (
+    RETRY_INTERVAL,
+    LeaseRenewer,
+    Renewer,
+    in_time,
+    late_but_kept,
+    slack,
+)
 from pglock.lock.ledger import Outcome, RunResult
 from pglock.run import output
 from pglock.run.supervise import SignalGate, Supervision
@@ -82,7 +89,9 @@ def hold_through(renewer: Renewer, gate: SignalGate, kill_after: float, wait: fl
                     renewer.reset()
                     next_renewal = now + RETRY_INTERVAL
                     continue
-                if renewal is lease.Renewal.LOST:
+                if renewal is lease.Renewal.LOST or not (in_time(
+                        clock.now(), renewed_at, renewer.horizon, kill_after)
+                        or late_but_kept(renewer)):
                     return "lost", renewed_at, None
                 if renewal is lease.Renewal.STOP:
                     return "stop", renewed_at, reason

@@ -1,4 +1,5 @@
-"""Telling people how a slot went: hooks, healthchecks.io-style pings, the event log.
+"""Telling people how a slot went: hooks, healthchecks.io-style pings, the event log, the
+run's span (a trace's, run/tracing.py).
 
 `pglock run` calls a Notifier at fixed points: skipped (with the reason), acquired,
 started, finished (each attempt's recorded end), and after_run, once per slot with its
@@ -6,8 +7,9 @@ final result, which runs the hooks and sends the final ping. Only the host that 
 the command gets past `skipped`, so only it runs hooks or pings.
 
 With --retries, the slot's attempts loop (Slot.attempts) calls `finished` after every
-attempt, writes a `retry` event between attempts, and calls `after_run` once, with the
-last attempt's result: `--on-failure` fires once per slot, when the slot is dead.
+attempt, `retrying` between attempts (a `retry` event, an event of the span), and calls
+`after_run` once, with the last attempt's result: `--on-failure` fires once per slot, when
+the slot is dead. The spans are sent at `close`, once the lock is let go.
 
 Nothing here changes pglock's exit code or prints on its own: a hook or a ping that
 failed is said with -v and returned as a note for the run's history row.
@@ -17,19 +19,22 @@ from __future__ import annotations
 
 import logging
 import math
+import os
 import threading
 from collections.abc import Callable
+from datetime import datetime
 from typing import TYPE_CHECKING, Any, NamedTuple
 
 from pglock.errors import UsageError
 from pglock.lock import clock
-from pglock.lock.ledger import Outcome, RunResult
+from pglock.lock.ledger import Outcome, RunResult, StartedRun
 from pglock.run.told import Told
 from pglock.settings.durations import DURATIONS
 
 if TYPE_CHECKING:
     from pglock.run.events import EventLog
     from pglock.run.pings import Pinger
+    from pglock.run.tracing import Trace
 
 log = logging.getLogger(__name__)
 
@@ -74,9 +79,11 @@ class NotifyOptions(NamedTuple):
 class Notifier:
     """One run's hooks, pings and events."""
 
-    def __init__(self, options: NotifyOptions, *, job: str, holder: str) -> None:
+    def __init__(self, options: NotifyOptions, *, job: str, holder: str,
+                 trace: Trace | None = None) -> None:
         self.options = options
         self.job = job
+        self.trace = trace
         # What is not configured is not imported: a plain run pays for neither.
         self.events: EventLog | None = None
         self.pinger: Pinger | None = None
@@ -98,6 +105,8 @@ class Notifier:
         """Not run: `held`, `running` (held by a run of an older slot), `slot_ran`,
         `paused`, `past_deadline`, `window`. `held_by` is asked (a statement) only when
         events are logged."""
+        if self.trace is not None and self.trace.skipped(reason):
+            fields.update(self.trace.ids())
         if self.events is None:
             return
         holder = None
@@ -108,27 +117,44 @@ class Notifier:
                 log.info("the holder of the lock could not be read: %s", error)
         self.emit("skipped", reason=reason, held_by=holder, **fields)
 
-    def slot(self, slot: object) -> None:
-        """A catch-up moved on to another slot: the events that follow name it."""
+    def slot(self, slot: datetime) -> None:
+        """A catch-up moved on to another slot: the events that follow name it, and it is
+        a span of its own."""
+        if self.trace is not None:
+            self.trace.begin(slot)
         if self.events is not None:
             self.events.context["slot"] = slot
+            self._traced()
 
-    def acquired(self, fencing_token: int | None, slot: object = None) -> None:
+    def acquired(self, fencing_token: int | None, slot: datetime | None = None) -> None:
+        if self.trace is not None:
+            self.trace.acquired(fencing_token, slot)
         if self.events is not None:
             self.events.context.update(fencing_token=fencing_token, slot=slot)
+            self._traced()
         self.emit("acquired")
 
-    def started(self, run_id: int, command: str) -> None:
+    def _traced(self) -> None:
+        """The events from here on carry the run's trace and span ids."""
+        if self.events is not None and self.trace is not None:
+            self.events.context.update(self.trace.ids())
+
+    def started(self, run_id: int, command: str, pid: int | None = None) -> None:
         """The command was forked: the `started` event, the start ping in the background."""
+        if self.trace is not None and pid is not None:
+            self.trace.forked(pid)
         if self.events is not None:
             self.events.context["run_id"] = run_id
         self.emit("started", command=command)
         if self.pinger is not None:
             self.pinger.start(self.emit)
 
-    def finished(self, result: RunResult, recorded: bool) -> None:
+    def finished(self, result: RunResult, recorded: bool, run: StartedRun | None = None,
+                 ) -> None:
         """One attempt's end, once it is recorded (or given up on); `expected`: `shorter`
         or `longer` than --expect-duration, when it was (RunResult.expected)."""
+        if self.trace is not None and run is not None:
+            self.trace.attempted(run, result)
         if result.outcome is Outcome.LOCK_LOST:
             self.emit("lock_lost", warning=True, error=result.error)
         self.emit("finished", warning=result.outcome is not Outcome.SUCCEEDED,
@@ -136,6 +162,14 @@ class Notifier:
                   signal=result.signal, duration=round(result.duration, 3),
                   error=result.error, recorded=recorded,
                   expected=result.expected)
+
+    def retrying(self, run: StartedRun, result: RunResult, delay: float) -> None:
+        """Another attempt follows this one after `delay`."""
+        if self.trace is not None:
+            self.trace.retrying(run, result, delay)
+        self.emit("retry", warning=True, attempt=run.attempt, attempts=run.attempt_limit,
+                  outcome=str(result.outcome), exit_code=result.exit_code,
+                  delay=round(delay, 3))
 
     def slow(self, running_for: float, limit: float, env: dict[str, str]) -> None:
         """The running attempt passed --expect-duration's MAX: the `slow` event, then
@@ -152,7 +186,10 @@ class Notifier:
 
     def after_run(self, result: RunResult, previous_outcome: str | None,
                   env: dict[str, str]) -> str | None:
-        """The slot's final result: hooks, then the final ping; a note of what failed."""
+        """The slot's final result: its span ends, then the hooks and the final ping; a
+        note of what failed."""
+        if self.trace is not None:
+            self.trace.ended()
         tail = result.output_tail or b""
         final = None
         if self.pinger is not None:
@@ -202,5 +239,12 @@ class Notifier:
         return told
 
     def close(self) -> None:
+        """The event log closed, then the spans sent: Slot.close calls this once the lock
+        is let go, so that no collector keeps it."""
         if self.events is not None:
             self.events.close()
+        if self.trace is not None and (spans := self.trace.sending()):
+            from pglock.run import otlp
+
+            trace = self.trace
+            otlp.export(otlp.Batch(spans, trace.flags, trace.context.tracestate), os.environ)

@@ -15,7 +15,14 @@ from pglock.errors import ExitStatus, UsageError
 from pglock.lock.heartbeat import check_ttl
 from pglock.run import output
 from pglock.run.notify import NotifyOptions
-from pglock.settings.config import check_job, check_text, configured_schema, normalized_job
+from pglock.settings.config import (
+    check_host,
+    check_job,
+    check_text,
+    configured_schema,
+    host_name,
+    normalized_job,
+)
 from pglock.settings.durations import (
     CATCH_UP_LIMIT,
     DURATIONS,
@@ -66,6 +73,9 @@ class RunOptions:
     on_lost: str = "kill"
     conflict_exit_code: int = ExitStatus.CONFLICT
     holder: str = field(default_factory=socket.gethostname)
+    # This host's name in the census (config.host_name: PGLOCK_HOST, the config file's
+    # `host`, the system's); the holder's default too.
+    host: str = field(default_factory=socket.gethostname)
     connect_timeout: float = 10.0
     schedule: str | None = None
     tz: str | None = None
@@ -90,6 +100,8 @@ class RunOptions:
     catch_up_limit: int = DEFAULT_CATCH_UP_LIMIT
     # --window 'CRON DURATION' (repeatable): a trigger inside one skips.
     windows: tuple[str, ...] = ()
+    # --trace-skips: a traced trigger that did not run has a span too (run/tracing.py).
+    trace_skips: bool = False
 
     def __post_init__(self) -> None:
         # Names that look the same are the same job (NFC; docs/decisions.md).
@@ -119,7 +131,9 @@ class RunOptions:
             # As --job '': an empty value is an unset variable, most likely, not a name.
             raise UsageError("--holder: the holder name is empty (leave --holder out for "
                              "the host name)")
-        if len(self.holder) > 200:
+        check_host(self.host, "the host name")
+        # The host name, the holder's default, is checked as one (up to 255 bytes).
+        if len(self.holder) > 200 and self.holder != self.host:
             raise UsageError("--holder must be 1-200 characters")
         if self.min_hold is not None and self.min_hold < 0:
             raise UsageError("--min-hold must not be negative")
@@ -266,6 +280,7 @@ def _arg_max() -> int:
 
 def run_options(v: Mapping[str, Any]) -> RunOptions:
     """run's parameters checked and converted, as RunOptions (UsageError: the bad one)."""
+    host = host_name()
     return RunOptions(
         job=v["job"], command=v["command"] or [], schema=configured_schema(v["schema"]),
         mode=v["mode"],
@@ -277,7 +292,7 @@ def run_options(v: Mapping[str, Any]) -> RunOptions:
         max_runtime=_optional_duration(v["max_runtime"], "--max-runtime"),
         kill_after=parse_duration(v["kill_after"], option="--kill-after"),
         on_lost=v["on_lost"], conflict_exit_code=v["conflict_exit_code"],
-        holder=socket.gethostname() if v["holder"] is None else v["holder"],
+        holder=host if v["holder"] is None else v["holder"], host=host,
         connect_timeout=parse_duration(v["connect_timeout"], option="--connect-timeout"),
         schedule=v["schedule"], tz=v["tz"],
         deadline=_optional_duration(v["deadline"], "--deadline"),
@@ -287,7 +302,7 @@ def run_options(v: Mapping[str, Any]) -> RunOptions:
         retries=v["retries"], retry_delay=parse_duration(v["retry_delay"], option="--retry-delay"),
         **_expected(v["expect_duration"]),
         catch_up=v["catch_up"], catch_up_limit=v["catch_up_limit"],
-        windows=tuple(v["window"] or ()),
+        windows=tuple(v["window"] or ()), trace_skips=v["trace_skips"],
         notify=NotifyOptions(
             on_failure=v["on_failure"], on_success=v["on_success"],
             on_recovery=v["on_recovery"], on_slow=v["on_slow"],

@@ -9,6 +9,7 @@ blocks that thread only, never the loop that must stop the command when the lock
 from __future__ import annotations
 
 import contextlib
+import errno
 import logging
 import os
 import selectors
@@ -133,15 +134,20 @@ def _replay(records: bytes) -> None:
 
 def write_all(fd: int, data: bytes) -> bool:
     """Write every byte; False when the reader went away (or the stream was closed)."""
+    return _written(fd, data) is None
+
+
+def _written(fd: int, data: bytes) -> int | None:
+    """Write every byte; None, or the errno of the write that failed."""
     view = memoryview(data)
     while view:
         try:
             view = view[os.write(fd, view):]
         except InterruptedError:
             continue
-        except OSError:
-            return False
-    return True
+        except OSError as error:
+            return error.errno
+    return None
 
 
 class Capture:
@@ -155,6 +161,9 @@ class Capture:
         out_r, self.out_w = os.pipe()
         err_r, self.err_w = os.pipe()
         self._readers = {out_r: 1, err_r: 2}
+        # pglock's streams that cannot be written (closed, `>&-`; a full disk): what the
+        # command writes there is kept in the tail and dropped.
+        self._dropped: set[int] = set()
         self._thread = threading.Thread(target=self._pump, name="pglock-output", daemon=True)
 
     def child_fds(self) -> tuple[int, int]:
@@ -208,8 +217,8 @@ class Capture:
                 for key, _ in selector.select(0.1):
                     chunk = os.read(key.fd, _CHUNK)
                     if not chunk or not self._take(key.data, chunk):
-                        # EOF, or our reader went away: the command's next write gets
-                        # SIGPIPE, as it would have without pglock in between.
+                        # EOF, or our reader went away (EPIPE): the command's next write
+                        # gets SIGPIPE, as it would have without pglock in between.
                         selector.unregister(key.fd)
                         os.close(key.fd)
         finally:
@@ -227,7 +236,15 @@ class Capture:
                     return True
                 except OSError as error:
                     self._pass_through(error)
-        return write_all(target, chunk)
+        if target in self._dropped:
+            return True
+        failed = _written(target, chunk)
+        if failed is not None and failed != errno.EPIPE:
+            # Not a reader that left: a stream that was never open (pglock started with
+            # `>&-`) or a full disk. Without pglock the command's writes would fail and it
+            # would go on; killing it by SIGPIPE would be pglock's doing.
+            self._dropped.add(target)
+        return failed != errno.EPIPE
 
     def _pass_through(self, error: OSError) -> None:
         """Holding back failed (a full TMPDIR): what was held goes out now, the rest as it

@@ -39,6 +39,9 @@ class Recorded(NamedTuple):
     # When the lock was kept: the stopwatch time its renewal was sent (None: released,
     # lost, or an operator asked it to stop).
     kept_at: float | None
+    # When the answer that kept it came (a keep answered past the lock's local deadline
+    # is not acted on: docs/ha.md, "Late answers").
+    answered: float | None = None
 
 
 def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: RunResult, *,
@@ -65,7 +68,7 @@ def record_end(session: Reconnecting, claim: lease.Claim, run_id: int, result: R
         # broke, and its release found the lock ours.
         outcome = Recorded(done.result or result if done.recorded else result,
                            done if done.recorded else None, None,
-                           sent if done.kept else None)
+                           sent if done.kept else None, clock.now())
 
     def failed(failure: str) -> None:
         nonlocal outcome

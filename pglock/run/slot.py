@@ -11,6 +11,7 @@ import os
 import random
 import signal
 import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, NamedTuple
@@ -21,7 +22,7 @@ from pglock.db import database
 from pglock.db.database import Reconnecting
 from pglock.errors import ExitStatus, Interrupted, PglockError
 from pglock.lock import clock, lease, ledger
-from pglock.lock.heartbeat import Heartbeat, watchdogs_turn
+from pglock.lock.heartbeat import LATE, Heartbeat, in_time, watchdogs_turn
 from pglock.lock.ledger import Outcome, RunResult
 from pglock.run import output
 from pglock.run.notify import Notifier
@@ -37,6 +38,7 @@ if TYPE_CHECKING:
     from pglock.run.expected import SlowWatch
     from pglock.run.record import Then
     from pglock.run.reentrant import Inherited
+    from pglock.run.tracing import Trace
     from pglock.run.watchdog import Watchdog
 
 log = logging.getLogger(__name__)
@@ -44,6 +46,12 @@ log = logging.getLogger(__name__)
 # How long a trigger skipped inside a --window spends on recording the windows: its one
 # connection attempt (libpq's shortest connect_timeout) and its one statement each.
 WINDOW_NOTE_TIMEOUT = 2.0
+# The most a trigger refused by the wait after a promotion adds to the wait's end, at
+# random: the hosts of a fleet come back spread over it, not in one storm.
+PROMOTION_JITTER = 5.0
+# What turns tracing on (run/tracing.py, imported only then): a trace to join, or a
+# collector to send the span to (tracing.ENDPOINTS).
+TRACED_BY = ("TRACEPARENT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
 def execute(options: RunOptions, conninfo: str) -> int:
@@ -141,11 +149,12 @@ class Slot:
         claim = lease.Claim(job=options.job, schema=options.schema, ttl=options.ttl,
                             mode=options.mode, holder=options.holder,
                             slot=None if scheduled is None else scheduled.slot,
-                            rerun=options.rerun, limit=options.limit)
+                            rerun=options.rerun, limit=options.limit, host=options.host)
         if scheduled is not None:
             claim.windows = [w.text for w in options.parsed_windows()] or None
             claim.backlog = _backlog(options, scheduled)
-        notifier = Notifier(options.notify, job=options.job, holder=options.holder)
+        notifier = Notifier(options.notify, job=options.job, holder=options.holder,
+                            trace=_trace(options, claim.slot))
         return cls(options, session, claim, gate, notifier, scheduled)
 
     def close(self) -> None:
@@ -157,8 +166,7 @@ class Slot:
 
     def run(self, started: float, start_by: float) -> int:
         """Take the lock (recording the first attempt's start), then the attempts."""
-        first = ledger.RunStart(command=shown(self.options.command[0]),
-                                scheduled=self.scheduled, retries=self.options.retries)
+        first = self._run_start()
         # From here to the fork, a stop signal cancels the statement in flight and is
         # acted on when it has answered (SignalGate.deferred_signal).
         self.gate.deferring = True
@@ -231,6 +239,7 @@ class Slot:
             return False
         deadline = min(clock.now() + self.options.wait, start_by)
         attempt = 0
+        waited_out = False
         with database.translated(f"cannot take the lock of job {self.claim.job!r}"):
             conn = self.session.get()
             # A connection cut under the statement (a failover, a restart, a terminated
@@ -256,6 +265,20 @@ class Slot:
                     self.notifier.acquired(self.claim.fencing_token, self.claim.slot)
                     self.sent = sent
                     return True
+                if (outcome is lease.Attempt.HELD and self.claim.promotion_wait is not None
+                        and not waited_out):
+                    # Refused by the wait after a promotion alone: wait for its end, whatever
+                    # --wait says, and try once more (the run then says it started late).
+                    waited_out = True
+                    until = self._promotion_wait_until()
+                    if until > start_by:
+                        self._missed(conn, until)
+                        return False
+                    self.claim.late = "promotion_wait"
+                    while clock.now() < until:
+                        self.gate.pause(until - clock.now())
+                    deadline = max(deadline, clock.now())
+                    continue
                 remaining = deadline - clock.now()
                 if outcome is not lease.Attempt.HELD or remaining <= 0:
                     self._skipped(conn, outcome)
@@ -267,6 +290,31 @@ class Slot:
                 # Cut short by a stop signal, which is then raised.
                 self.gate.pause(min(remaining,
                                     random.uniform(0.5, 1.0) * min(2.0, 0.1 * 2**attempt)))
+
+    def _promotion_wait_until(self) -> float:
+        """When to try again after a refusal by the wait after a promotion: its end as the
+        server said (at most the longest ttl the old timeline granted for the job away),
+        plus a jitter, so that the hosts of a fleet do not all come back at once."""
+        assert self.claim.promotion_wait is not None
+        left = self.claim.promotion_wait
+        log.debug("job %r: refused by the wait after a promotion, %.1fs left: waiting for "
+                  "its end", self.claim.job, left)
+        return clock.now() + left + random.uniform(0, PROMOTION_JITTER)
+
+    def _missed(self, conn: psycopg.Connection[object], until: float) -> None:
+        """The wait after a promotion ends past --deadline: the slot is given up, recorded
+        missed with that reason (history, check and the dashboard count it; --catch-up may
+        take it later)."""
+        claim = self.claim
+        log.debug("job %r: skipped: the wait after a promotion ends past --deadline",
+                  claim.job)
+        if claim.slot is not None:
+            try:
+                lease.missed(conn, claim, "promotion_wait", self.options.retries)
+            except (psycopg.Error, PglockError) as error:
+                log.info("job %r: the missed slot could not be recorded (%s)", claim.job,
+                         database.first_line(error))
+        self.notifier.skipped("promotion_wait", until=until)
 
     def _try_acquire(self, conn: psycopg.Connection[object], start: ledger.RunStart | None,
                      ) -> lease.Attempt:
@@ -325,9 +373,9 @@ class Slot:
         assert own is not None
         planned = catchup.plan(self.options, self.claim, own.schedule)
         with database.translated(f"cannot record the catch-up of job {self.claim.job!r}"):
+            # No slot of it is ahead of the database's clock: the acquire refused the
+            # trigger's own slot if it was (lease.SlotAhead), and these come before it.
             conn = self.session.get()
-            if planned.run:
-                planned = catchup.not_ahead(planned, lease.database_now(conn), self.claim.job)
             if not lease.catch_up(conn, self.claim, planned.run,
                                   self.options.retries, planned.given_up):
                 log.warning("job %r: the lock was lost before the catch-up started",
@@ -354,6 +402,9 @@ class Slot:
     def _aim(self, when: datetime, following: datetime) -> None:
         """The next run is for the slot `when`: its start record, environment and events."""
         assert self.scheduled is not None
+        # In the schedule's zone, as the trigger's own slot is (a caught-up one comes from
+        # the database, in UTC): PGLOCK_SLOT is an idempotency key, of one form.
+        when = when.astimezone(self.scheduled.slot.tzinfo)
         self.scheduled = self.scheduled._replace(slot=when, next_slot=following)
         self.claim.slot = when
         self.notifier.slot(when)
@@ -384,9 +435,7 @@ class Slot:
             from pglock.run import retry
 
             wait = retry.delay(self.options.retry_delay, done.run.attempt)
-            self.notifier.emit("retry", warning=True, attempt=done.run.attempt,
-                               attempts=done.run.attempt_limit, outcome=str(done.result.outcome),
-                               exit_code=done.result.exit_code, delay=round(wait, 3))
+            self.notifier.retrying(done.run, done.result, wait)
             why, reason = self.back_off(wait, done.kept_at)
             if why is not None:
                 self.kept_at = None
@@ -469,7 +518,8 @@ class Slot:
                     deadlines = Deadlines(deadlines.start_by, watch_until, grace)
                 self.gate.child = Child.spawn(
                     self.options.command,
-                    command_environment(self.options, self.claim, run.id, run.attempt),
+                    command_environment(self.options, self.claim, run.id, run.attempt,
+                                        self.notifier.trace),
                     None if capture is None else capture.child_fds(),
                     reap=not self.options.leave_descendants, deadlines=deadlines)
             except (CannotStart, LateStart) as error:
@@ -486,9 +536,7 @@ class Slot:
         --connect-timeout after the cut, as the acquire is (in advisory mode once the
         session lock is taken back): the start that committed unseen is then the one
         returned (start_run), not a second one."""
-        start = ledger.RunStart(command=shown(self.options.command[0]),
-                                scheduled=self.scheduled, retries=self.options.retries,
-                                attempt=attempt)
+        start = self._run_start(attempt)
         with database.translated(f"cannot record the start of job {self.claim.job!r}"):
             conn = self.session.get()
             cut_until: float | None = None
@@ -515,6 +563,15 @@ class Slot:
                     self._release_unstarted(conn)
                     raise
 
+    def _run_start(self, attempt: int = 1) -> ledger.RunStart:
+        """What an attempt's start record says (a traced run's: its trace and span ids)."""
+        trace = self.notifier.trace
+        return ledger.RunStart(command=shown(self.options.command[0]),
+                               scheduled=self.scheduled, retries=self.options.retries,
+                               attempt=attempt,
+                               trace_id=None if trace is None else trace.trace_id,
+                               span_id=None if trace is None else trace.span.span_id)
+
     def _confirm(self) -> str | None:
         """The lock confirmed again before a further attempt's fork, when its last
         confirmation is older than a renewal's interval (the start record held up by a
@@ -536,8 +593,25 @@ class Slot:
                           else lease.renew(self.session.get(), self.claim))
             if renewal is lease.Renewal.LOST:
                 return renewer.lost_reason()
+            if self._late(clock.now()):
+                return LATE
             self.sent = sent
         return None
+
+    def _late(self, answered: float) -> bool:
+        """Whether a confirmation answered at `answered` must not be acted on: it came past
+        the local deadline of the lock's last confirmation (`sent`) and the server no
+        longer writes the timeline the lock was taken on (a promotion came between, which
+        may have lost another host's takeover: heartbeat.in_time)."""
+        from pglock.run import keeping
+
+        horizon = keeping.horizon(self.claim)
+        if in_time(answered, self.sent, horizon, self.options.kill_after):
+            return False
+        try:
+            return not lease.taken_on_this_timeline(self.session.get(), self.claim)
+        except (psycopg.Error, PglockError):
+            return True
 
     def _release_unstarted(self, conn: psycopg.Connection[object]) -> None:
         # Nothing ran: others need not wait out our lease.
@@ -579,6 +653,8 @@ class Slot:
             if not renewed:
                 raise PglockError(f"job {self.claim.job!r}: lock lost: another host took "
                                   "the lock while we were cut off")
+            if self._late(clock.now()):
+                raise PglockError(f"job {self.claim.job!r}: lock lost: {LATE}")
             self.sent = sent
             return conn
 
@@ -595,7 +671,7 @@ class Slot:
         gc.freeze()
         gc.enable()
         # After the watchdog's fork: the start ping has a thread of its own.
-        self.notifier.started(run.id, self.options.command[0])
+        self.notifier.started(run.id, self.options.command[0], child.pid)
         supervision = Supervision(child, heartbeat, self.gate,
                                   max_runtime=self.options.max_runtime,
                                   kill_after=self.options.kill_after,
@@ -606,6 +682,8 @@ class Slot:
                 watchdogs_turn(kill_at, margin))
         try:
             result, code = keeping.supervise(supervision, capture, self.session)
+            # The lock's last confirmation: a keep for the next attempt counts against it.
+            self.sent = heartbeat.last_sent
         except Exception as error:
             # A bug of ours must not leave the command running unlocked, nor the run
             # unrecorded.
@@ -631,8 +709,8 @@ class Slot:
 
         assert self.options.expect_max is not None
         watch = SlowWatch(self.session, self.claim, self.notifier, self.options.expect_max)
-        watch.arm(heartbeat, run.id,
-                  command_environment(self.options, self.claim, run.id, run.attempt))
+        watch.arm(heartbeat, run.id, command_environment(
+            self.options, self.claim, run.id, run.attempt, self.notifier.trace))
         self.watches.append(watch)
 
     def keepers(self, child: Child) -> tuple[Heartbeat, Watchdog | None]:
@@ -645,6 +723,8 @@ class Slot:
         def renewed(lost_at: float) -> None:
             if watchdog is not None:
                 watchdog.extend(watchdogs_turn(lost_at, heartbeat.margin))
+            else:
+                child.watchdog.resume()
 
         heartbeat = Heartbeat(keeping.renewer(self.session, self.claim),
                               acquired_sent_at=self.sent, kill_after=self.options.kill_after,
@@ -693,13 +773,21 @@ class Slot:
             result.outcome is Outcome.SUCCEEDED or result.retryable))
         recorded = record_end(self.session, self.claim, run.id, result,
                               then="keep" if keep else then or "release")
-        if keep and recorded.kept_at is None and recorded.failure is not None:
-            # Neither kept nor known released: let it go (it expires in its ttl otherwise).
+        late = (recorded.kept_at is not None and recorded.answered is not None
+                and self._late(recorded.answered))
+        if late:
+            # Kept, but answered past the lock's local deadline: not acted on.
+            log.warning("job %r: %s; the lock is released and no further attempt is made "
+                        "here", self.claim.job, LATE)
+            recorded = recorded._replace(kept_at=None)
+        if keep and recorded.kept_at is None and (recorded.failure is not None or late):
+            # Neither kept nor known released, or kept too late to count: let it go (it
+            # expires in its ttl otherwise).
             with contextlib.suppress(psycopg.Error, PglockError):
                 lease.release(self.session.get(), self.claim, self.claim.hold)
         if say and recorded.failure is not None:
             log.warning("job %r: %s", self.claim.job, unrecorded(run.id, recorded.failure))
-        self.notifier.finished(recorded.result, recorded=recorded.failure is None)
+        self.notifier.finished(recorded.result, recorded.failure is None, run)
         if code is None:
             code = (ExitStatus.INTERNAL if recorded.result.exit_code is None
                     else recorded.result.exit_code)
@@ -775,10 +863,28 @@ class Slot:
         # The hooks are not a database wait: a stop signal ends them as before.
         self.gate.deferring = False
         newest = last.finished is not None and last.finished.newest
-        env = command_environment(self.options, self.claim, last.run.id, last.run.attempt)
+        env = command_environment(self.options, self.claim, last.run.id, last.run.attempt,
+                                  self.notifier.trace)
         note = self.notifier.after_run(last.result, self.before if newest else None, env)
         if note is not None and newest:
             add_note(self.session, self.claim, last.run.id, note)
+
+
+def traced(environ: Mapping[str, str]) -> bool:
+    """Whether this run is traced: TRACEPARENT or an OTLP endpoint is set."""
+    return any(environ.get(name) for name in TRACED_BY)
+
+
+def _trace(options: RunOptions, slot: datetime | None) -> Trace | None:
+    """The run's trace and its first span, when traced (None: not, and nothing imported)."""
+    if not traced(os.environ):
+        return None
+    from pglock.run.tracing import Trace
+
+    trace = Trace.start(os.environ, options)
+    if trace is not None:
+        trace.begin(slot)
+    return trace
 
 
 def _cut(conn: psycopg.Connection[object], error: psycopg.OperationalError) -> bool:

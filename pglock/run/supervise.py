@@ -8,6 +8,13 @@ Nothing in this loop waits on the database.
 When the command exits, the job is not done while processes it left behind run (a daemon
 it started): the loop goes on, polling for them, with the same deadlines; stopping the
 command stops them too (child.Child.signal_family).
+
+On a terminal, the command has the terminal while it runs (run/terminal.py), so the
+terminal's keys reach its group, not pglock's: pglock acts on what they did to it as a
+shell acts on its job's. A Ctrl-Z that stopped it stops pglock's group too (the shell
+sees its job stopped, and `fg` gives the terminal back to the command); a Ctrl-C or
+Ctrl-\\ that ended it is pglock's stop signal too (the command's leftovers are stopped,
+no further attempt is made).
 """
 
 from __future__ import annotations
@@ -27,6 +34,7 @@ from pglock.errors import ExitStatus, Interrupted
 from pglock.lock import clock
 from pglock.lock.heartbeat import Heartbeat
 from pglock.lock.ledger import Outcome, RunResult
+from pglock.run import terminal
 from pglock.run.child import Child, exit_status
 from pglock.run.tree import FORWARDED, STOPPING, SUSPENDING
 
@@ -57,6 +65,8 @@ class SignalGate:
         # When a stopped pglock, continued, may let its command go on: before this stopwatch
         # time (the lock's local deadline with --on-lost kill); past it the lock may be gone.
         self.resume_before: Callable[[], float] = lambda: float("inf")
+        # The controlling terminal (None: none, as under cron): run/terminal.py.
+        self.terminal: int | None = None
 
     def install(self) -> None:
         for signum in FORWARDED:
@@ -64,20 +74,34 @@ class SignalGate:
         for signum in SUSPENDING:
             signal.signal(signum, self._suspend)
         signal.set_wakeup_fd(self.wake_w)
+        self.terminal = terminal.controlling()
 
     def _suspend(self, _signum: int, _frame: FrameType | None) -> None:
         """A terminal's stop (Ctrl-Z, or reading or writing it from the background): stop
         the command with pglock, as a shell stops a job, and continue it with pglock, unless
         the lock's local deadline passed meanwhile (the watchdog, which no stop of pglock's
-        group reaches, stops the command by then; pglock, continued, finds the lock lost)."""
+        group reaches, stops the command by then; pglock, continued, finds the lock lost).
+        The terminal goes back to pglock's group for the stop, and to the command's again
+        if pglock is continued as the terminal's job (`fg`, not `bg`)."""
         child = self.child
         if child is not None:
             # SIGSTOP, not the signal received: a command may ignore SIGTSTP.
             child.signal_family(signal.SIGSTOP, resume=False)
+            terminal.take_back(self.terminal, child.pid)
         os.kill(os.getpid(), signal.SIGSTOP)
         if child is not None and self.child is child and clock.now() < self.resume_before():
+            terminal.give(self.terminal, child.pid)
             child.signal_family(signal.SIGCONT, resume=False)
         self.wake()
+
+    def interrupted(self, signum: int) -> None:
+        """The terminal's Ctrl-C (or Ctrl-\\) ended the command that had the terminal: as
+        if pglock had been sent it (a shell's job ends with it), its leftovers outside the
+        command's group get it too."""
+        if self.child is not None:
+            self.child.signal_outside(signum)
+        if self.stop_signal is None:
+            self.stop_signal = signum
 
     def wake(self) -> None:
         """Wake the supervising loop from another thread."""
@@ -101,7 +125,10 @@ class SignalGate:
             # its helpers would merely die of them.
             self.child.signal_leader(signum)
             return
-        self.child.signal_family(signum, resume=False)
+        # A stopped command (`kill -STOP` of it alone) is continued so that it can die, as
+        # timeout(1) does; not past the lock's local deadline, where a stopped pglock,
+        # continued, leaves it to the watchdog (_suspend).
+        self.child.signal_family(signum, resume=clock.now() < self.resume_before())
         if self.stop_signal is None:
             self.stop_signal = signum
 
@@ -144,6 +171,9 @@ class Supervision:
     lost: str | None = None
     timed_out: bool = False
     stopped: str | None = None
+    # The watchdog was killed on its own while the command's tree ran: what is left of it
+    # is stopped (nothing would stop it should pglock die next).
+    unguarded: bool = False
     kill_at: float | None = None
     # Told the SIGKILL time when the lock is lost and the command gets its SIGTERM from
     # here (the watchdog then need not send one of its own).
@@ -160,24 +190,44 @@ class Supervision:
         try:
             while (returncode := self.child.poll()) is None:
                 self._pause(selector)
+            if terminal.take_back(self.gate.terminal, self.child.pid) and \
+                    -returncode in (signal.SIGINT, signal.SIGQUIT):
+                self.gate.interrupted(-returncode)
             selector.unregister(exit_fd)
             # The lock is held until whatever the command left running has exited too.
             while self.child.lingering():
+                self._guarded(clock.now())
                 self._pause(selector, longest=LINGER_POLL)
         finally:
             selector.close()
             os.close(exit_fd)
-        if self.lost or self.timed_out or self.stopped:
+            terminal.take_back(self.gate.terminal, self.child.pid)
+        if self.lost or self.timed_out or self.stopped or self.unguarded:
             # The leader is gone; nothing else of the group may go on working unlocked.
             self.child.signal_family(signal.SIGKILL)
         return returncode
 
     def _pause(self, selector: selectors.BaseSelector, *, longest: float = 3600.0) -> None:
         """Act on what is due, then sleep until the next deadline, a signal or a wake-up."""
+        if (stop := self.child.stopped()) is not None:
+            self._command_stopped(stop)
         self._check(clock.now())
         for key, _ in selector.select(min(self._timeout(), longest)):
             if key.fd == self.gate.wake_r:
                 os.read(self.gate.wake_r, 512)
+
+    def _command_stopped(self, signum: int) -> None:
+        """The command stopped: as a shell's job, pglock's group stops with it when it had
+        the terminal (Ctrl-Z) or touched it from the background (SIGTTIN, SIGTTOU); but
+        when pglock is the terminal's job (a `fg` while it ran in the background) the
+        terminal is the command's to read, and it goes on."""
+        fd = self.gate.terminal
+        touched = signum in (signal.SIGTTIN, signal.SIGTTOU)
+        if touched and terminal.give(fd, self.child.pid):
+            self.child.signal_family(signal.SIGCONT)
+        elif touched or terminal.foreground(fd) == self.child.pid:
+            # Our own handler (SignalGate._suspend) stops the command's family and pglock.
+            os.killpg(os.getpgrp(), signum if signum in SUSPENDING else signal.SIGTSTP)
 
     def _check(self, now: float) -> None:
         if self.lost is None and (self.heartbeat.lost_reason or now >= self.heartbeat.lost_at()):
@@ -202,6 +252,14 @@ class Supervision:
             # Again at every turn once due: a leftover process may have forked meanwhile.
             self.child.signal_family(signal.SIGKILL)
             self.kill_at = float("inf")
+
+    def _guarded(self, now: float) -> None:
+        """The watchdog killed on its own (`kill -9` of its pid): the command's own process
+        died with it, and what it left, reparented to pglock, would run unguarded (a
+        SIGKILL of pglock next would leave it to init): it is stopped, as a lost lock's."""
+        if not self.unguarded and not self.child.watchdog.alive():
+            self.unguarded = True
+            self._stop(now, self.kill_after)
 
     def _stop(self, now: float, grace: float) -> None:
         if self.kill_at is None or self.kill_at == float("inf"):
@@ -233,6 +291,10 @@ class Supervision:
         if self.timed_out:
             return RunResult(Outcome.TIMED_OUT, status, duration, signum,
                              "stopped by --max-runtime"), ExitStatus.TIMED_OUT
+        if self.unguarded:
+            return RunResult(Outcome.KILLED, status, duration, signum or signal.SIGKILL,
+                             "its watchdog was killed: the command died with it, and what it "
+                             "left running was stopped"), status
         if self.gate.stop_signal is not None or signum is not None:
             return RunResult(Outcome.KILLED, status, duration, signum or self.gate.stop_signal,
                              None), status

@@ -13,6 +13,8 @@ import signal
 import sys
 from collections.abc import Callable
 
+from pglock.run import terminal
+
 # Signals an operator may send pglock; they go on to the command.
 FORWARDED = (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
              signal.SIGUSR1, signal.SIGUSR2)
@@ -37,12 +39,16 @@ def death_with_parent() -> Callable[[], None] | None:
     return lambda: prctl(_PR_SET_PDEATHSIG, signal.SIGKILL)
 
 
-def child_setup(parent_pid: int) -> Callable[[], None]:
+def child_setup(parent_pid: int, terminal_of: int | None = None) -> Callable[[], None]:
     """What runs in the command's process between fork and exec: it dies with the
-    process that forked it (the watchdog)."""
+    process that forked it (the watchdog), and takes the controlling terminal from
+    pglock's group `terminal_of` (pglock is the terminal's job: run/terminal.py)."""
     die_with_parent = death_with_parent()
 
     def setup() -> None:
+        if terminal_of is not None:
+            # While signals are still blocked: SIGTTOU would stop us otherwise.
+            terminal.take_in_child(terminal_of)
         # pglock blocks its signals around the fork; the command must not inherit that.
         signal.pthread_sigmask(signal.SIG_UNBLOCK, (*FORWARDED, *SUSPENDING))
         if die_with_parent is not None:
@@ -89,6 +95,17 @@ def descendants(root: int) -> list[int]:
                 found.append(child)
                 pending.append(child)
     return found
+
+
+def is_stopped(pid: int) -> bool:
+    """Whether process `pid` is stopped now (its state in /proc: T, or t under a
+    debugger); a process that is gone is not."""
+    try:
+        with open(f"/proc/{pid}/stat", "rb") as handle:
+            fields = handle.read().rsplit(b")", 1)[1].split()
+    except (OSError, IndexError):
+        return False
+    return bool(fields) and fields[0] in (b"T", b"t")
 
 
 def outside_group(pids: list[int], pgid: int) -> list[int]:

@@ -21,16 +21,18 @@ whatever happens to pglock, the command cannot run on unlocked:
 
 The command is asked to die with the watchdog (PR_SET_PDEATHSIG), and pglock stays a
 subreaper too, so a watchdog killed on its own takes the command along and leaves
-pglock its orphans. Only pglock and its watchdog SIGKILLed together can leave orphans of
-the command to init (docs/lease.md, "The command's process tree").
+pglock its orphans, which pglock stops (supervise.Supervision._guarded). A watchdog
+stopped on its own is continued by pglock at each renewal (Watchdog.resume). Only pglock
+and its watchdog SIGKILLed together can leave orphans of the command to init
+(docs/lease.md, "The command's process tree").
 
 With --leave-descendants the watchdog is no subreaper: once the command's own process has
 exited, what it left is on its own, and on pglock's death only that process is killed
 (by PR_SET_PDEATHSIG, as the watchdog exits).
 
 Messages to the watchdog are records of a kind and a stopwatch time (the shared boot-time
-clock); from it, on a second pipe, the command's start (or why it could not start) and
-its wait status.
+clock); from it, on a second pipe, the command's start (or why it could not start), its
+stops and its wait status.
 """
 
 from __future__ import annotations
@@ -41,7 +43,9 @@ import select
 import signal
 import struct
 import subprocess
+import threading
 from collections.abc import Mapping, Sequence
+from typing import NamedTuple
 
 from pglock.lock import clock
 from pglock.run.tree import FORWARDED, become_subreaper, child_setup, descendants, outside_group
@@ -56,6 +60,17 @@ _IGNORED = (*FORWARDED, signal.SIGTSTP, signal.SIGTTIN, signal.SIGTTOU)
 _KEPT: list[subprocess.Popen[bytes]] = []
 
 
+class Command(NamedTuple):
+    """What the watchdog starts: the command, its environment, where its output goes
+    (None: pglock's own), and pglock's process group when the command is to take the
+    controlling terminal from it (run/terminal.py)."""
+
+    argv: Sequence[str]
+    env: Mapping[str, str]
+    outputs: tuple[int, int] | None = None
+    terminal_of: int | None = None
+
+
 class Started:
     """What the watchdog said of the start: the command's pid, or why it did not start."""
 
@@ -68,8 +83,7 @@ class Started:
 class Watchdog:
     """The watching process, seen from pglock."""
 
-    def __init__(self, argv: Sequence[str], env: Mapping[str, str],
-                 outputs: tuple[int, int] | None, reap: bool,
+    def __init__(self, command: Command, reap: bool,
                  deadlines: tuple[float, float | None, float]) -> None:
         """Fork the watchdog, which forks the command unless past `start_by`, and watches
         it from then on until `watch_until` (extended by renewals), if not None."""
@@ -79,7 +93,7 @@ class Watchdog:
         if self.pid == 0:  # pragma: no cover (the child never returns)
             os.close(self._control_w)
             os.close(report_r)
-            _watch(control_r, report_w, (argv, env, outputs), reap, deadlines)
+            _watch(control_r, report_w, command, reap, deadlines)
         os.close(control_r)
         os.close(report_w)
         # The heartbeat thread writes here: it must never wait on a watchdog that is not
@@ -87,7 +101,13 @@ class Watchdog:
         os.set_blocking(self._control_w, False)
         self.reports = report_r
         self._unread = b""
+        # Held while the watchdog is signalled, and while it is reaped: a pid signalled is
+        # always still ours (a reaped one may be another process's).
+        self._reaping = threading.Lock()
+        self._reaped = False
         self.ended: int | None = None
+        # The signal that stopped the command, told and not yet taken (stopped()).
+        self.stop: int | None = None
         # The watchdog closed its reports before telling the command's exit: it is gone.
         self.gone = False
         self.started = self._started()
@@ -131,9 +151,17 @@ class Watchdog:
                 break
             if report[0] == b"X":
                 self.ended = report[1]
+            elif report[0] == b"P":
+                self.stop = report[1]
         if self.ended is None and self.gone:
             self.ended = signal.SIGKILL
         return self.ended
+
+    def stopped(self) -> int | None:
+        """The signal that stopped the command since last asked (its report read by
+        exit_status()); None: no stop."""
+        signum, self.stop = self.stop, None
+        return signum
 
     def _send(self, kind: bytes, value: float) -> None:
         # A full pipe means unread records: later ones follow; a gone watchdog hears nothing.
@@ -143,6 +171,28 @@ class Watchdog:
     def extend(self, deadline: float) -> None:
         """A renewal succeeded: the new deadline (on the shared boot-time clock)."""
         self._send(b"D", deadline)
+        self.resume()
+
+    def resume(self) -> None:
+        """Continue the watchdog should it be stopped on its own (`kill -STOP` of its pid:
+        no terminal's stop reaches its group). Stopped, it neither reaps the command nor
+        tells its exit, and pglock would hold the lock for a command long gone; sent at
+        each renewal, after the new deadline, which it then reads first."""
+        with self._reaping:
+            if not self._reaped:
+                with contextlib.suppress(OSError):
+                    os.kill(self.pid, signal.SIGCONT)
+
+    def alive(self) -> bool:
+        """Whether the watchdog still runs (not killed on its own); it is not reaped."""
+        with self._reaping:
+            if self._reaped:
+                return False
+            try:
+                return os.waitid(os.P_PID, self.pid,
+                                 os.WEXITED | os.WNOHANG | os.WNOWAIT) is None
+            except ChildProcessError:
+                return False
 
     def terminated(self, kill_deadline: float) -> None:
         """pglock sent the SIGTERM itself: from now on only SIGKILL, at `kill_deadline`."""
@@ -153,6 +203,8 @@ class Watchdog:
         stop the command."""
         self._send(b"Z", 0.0)
         os.close(self._control_w)
+        with self._reaping:
+            self._reaped = True
         _, status = os.waitpid(self.pid, 0)
         os.close(self.reports)
         return os.waitstatus_to_exitcode(status) == _FIRED
@@ -164,11 +216,9 @@ def _tell(report: int, kind: bytes, value: int, text: str = "") -> None:
         os.write(report, _REPORT.pack(kind, len(data) if text else value) + data)
 
 
-def _start(report: int, command: tuple[Sequence[str], Mapping[str, str],
-                                       tuple[int, int] | None], reap: bool,
-           start_by: float) -> int:
+def _start(report: int, command: Command, reap: bool, start_by: float) -> int:
     """Fork the command; its pid, or 0 once the reason it did not start has been told."""
-    argv, env, outputs = command
+    argv, env, outputs, terminal_of = command
     stdout, stderr = outputs or (None, None)
     try:
         os.setpgid(0, 0)
@@ -183,7 +233,8 @@ def _start(report: int, command: tuple[Sequence[str], Mapping[str, str],
         return 0
     try:
         process = subprocess.Popen(list(argv), env=dict(env), process_group=0, stdout=stdout,
-                                   stderr=stderr, preexec_fn=child_setup(os.getpid()))
+                                   stderr=stderr,
+                                   preexec_fn=child_setup(os.getpid(), terminal_of))
     except FileNotFoundError:
         _tell(report, b"N", 0, "-")
         return 0
@@ -200,9 +251,8 @@ def _start(report: int, command: tuple[Sequence[str], Mapping[str, str],
     return process.pid
 
 
-def _watch(control: int, report: int,
-           command: tuple[Sequence[str], Mapping[str, str], tuple[int, int] | None],
-           reap: bool, deadlines: tuple[float, float | None, float]) -> None:
+def _watch(control: int, report: int, command: Command, reap: bool,
+           deadlines: tuple[float, float | None, float]) -> None:
     """The child: only os calls from here on, and never a return into pglock's code."""
     code = 0
     try:
@@ -229,6 +279,7 @@ class _Watch:
         self.kill_at = float("inf")
         self.fired = False
         self.waiting = True  # the command's exit not yet told
+        self.pending = b""  # a record of pglock's read in part
         wake_r, wake_w = os.pipe()
         os.set_blocking(wake_w, False)
         os.set_blocking(wake_r, False)
@@ -252,10 +303,16 @@ class _Watch:
         signal.pthread_sigmask(signal.SIG_SETMASK, set())
 
     def run(self) -> int:
-        pending = b""
         while True:
             self.collect()
             now = clock.now()
+            if now >= self.deadline and select.select([self.control], [], [], 0)[0]:
+                # Continued after a stop of our own (SIGSTOP of this pid, a thawed VM), with
+                # pglock's renewals queued meanwhile: they come before a deadline they moved.
+                ended = self.hear()
+                if ended is not None:
+                    return ended
+                continue
             if now >= self.deadline:
                 # The SIGKILL is due a grace after the deadline, not after we noticed: a
                 # host thawed past it (its lock may be another's by now) kills at once, as
@@ -279,18 +336,25 @@ class _Watch:
                     os.read(self.wake, 512)
             if self.control not in readable:
                 continue
-            data = os.read(self.control, 4096)
-            if not data:
-                # pglock is gone without standing us down: nothing of the tree may go on.
-                self.kill_tree()
+            ended = self.hear()
+            if ended is not None:
+                return ended
+
+    def hear(self) -> int | None:
+        """Read what pglock said; the exit code once it stood us down or is gone."""
+        data = os.read(self.control, 4096)
+        if not data:
+            # pglock is gone without standing us down: nothing of the tree may go on.
+            self.kill_tree()
+            return _FIRED if self.fired else 0
+        self.pending += data
+        whole = len(self.pending) - len(self.pending) % _RECORD.size
+        records, self.pending = self.pending[:whole], self.pending[whole:]
+        for kind, value in _RECORD.iter_unpack(records):
+            if kind == b"Z":
                 return _FIRED if self.fired else 0
-            pending += data
-            whole = len(pending) - len(pending) % _RECORD.size
-            records, pending = pending[:whole], pending[whole:]
-            for kind, value in _RECORD.iter_unpack(records):
-                if kind == b"Z":
-                    return _FIRED if self.fired else 0
-                self.told(kind, value)
+            self.told(kind, value)
+        return None
 
     def told(self, kind: bytes, value: float) -> None:
         if kind == b"D" and self.kill_at == float("inf") and not self.fired:
@@ -300,14 +364,20 @@ class _Watch:
             self.kill_at = min(self.kill_at, value)
 
     def collect(self) -> None:
-        """Reap every child that has exited; tell pglock of the command's exit."""
+        """Reap every child that has exited; tell pglock of the command's exit, and of
+        its stops (a terminal's Ctrl-Z reaches the command's group when it has the
+        terminal: pglock stops with it, as a shell's job)."""
         while True:
             try:
-                pid, status = os.waitpid(-1, os.WNOHANG)
+                pid, status = os.waitpid(-1, os.WNOHANG | os.WUNTRACED)
             except ChildProcessError:
                 return
             if pid == 0:
                 return
+            if os.WIFSTOPPED(status):
+                if pid == self.command and self.waiting:
+                    _tell(self.report, b"P", os.WSTOPSIG(status))
+                continue
             if pid == self.command and self.waiting:
                 self.waiting = False
                 _tell(self.report, b"X", status)

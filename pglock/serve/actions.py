@@ -23,7 +23,7 @@ from pglock.errors import NothingDone
 from pglock.operate import admin, control
 from pglock.reports import status
 from pglock.serve.site import Denied, Site, page
-from pglock.settings.config import check_job
+from pglock.settings.config import check_job, shown
 from pglock.settings.durations import check_reason
 
 ACTIONS = ("pause", "resume", "stop", "replay", "clear")
@@ -46,12 +46,31 @@ def _form(body: bytes) -> dict[str, str]:
 
 def _same_origin(request: Request) -> None:
     """A browser says where a post comes from: refuse another site's (the token would
-    refuse it too; this says why)."""
+    refuse it too; this says why). Its Origin must name the request's own Host, or, behind
+    a proxy that keeps a Host of its own (docs/serve.md), one of the dashboard's public
+    names, given with --allowed-host: the browser sets Origin, and no page of another site
+    can make it name this dashboard."""
     origin = request.headers.get("origin")
-    if origin and origin != "null" and urlsplit(origin).netloc != request.headers.get("host"):
-        raise Denied(403, "refused: the form was posted from another site")
+    if origin and origin != "null":
+        site: Site = request.app.state.site
+        netloc, name = _origin_names(origin)
+        if netloc != request.headers.get("host") and name not in site.origins:
+            hint = "" if site.origins else (
+                "; behind a proxy, give the dashboard's public name with --allowed-host")
+            raise Denied(403, "refused: the form was posted from another site "
+                              f"({shown(origin[:100])}{hint})")
     if request.headers.get("sec-fetch-site") == "cross-site":
         raise Denied(403, "refused: the form was posted from another site")
+
+
+def _origin_names(origin: str) -> tuple[str | None, str | None]:
+    """An Origin's host and port as a Host header gives them, and its host name alone
+    (the Host check sets the port aside too); None for what it does not name."""
+    try:
+        parts = urlsplit(origin)
+        return parts.netloc, parts.hostname
+    except ValueError:
+        return None, None
 
 
 def admitted(request: Request) -> str:

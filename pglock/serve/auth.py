@@ -170,6 +170,14 @@ class Attempts:
 MOST_CLIENTS = 10_000
 
 
+def _every(headers: Mapping[str, str], name: str) -> list[str]:
+    """Every value of a header (Starlette's headers keep them all; a plain mapping, one)."""
+    getlist = getattr(headers, "getlist", None)
+    if getlist is not None:
+        return list(getlist(name.lower()))
+    return [headers[name.lower()]] if name.lower() in headers else []
+
+
 @dataclass(frozen=True)
 class Auth:
     """How users are identified: none (anonymous, read-only), basic auth, or a header
@@ -229,6 +237,12 @@ class Auth:
         assert self.header is not None
         if not self.unix and peer not in self.proxies:
             return None, f"the {self.header} header did not come from a trusted proxy"
+        for name in (self.header, PROXY_SECRET_HEADER):
+            if len(_every(headers, name)) > 1:
+                # A proxy that appends its header rather than replace the client's would
+                # have the client's believed, whichever came first.
+                return None, (f"the {name} header came more than once: the proxy must set "
+                              "it, replacing any the client sent")
         if self.proxy_secret is not None:
             given = headers.get(PROXY_SECRET_HEADER.lower(), "").encode("latin-1", "replace")
             if not hmac.compare_digest(given, self.proxy_secret):

@@ -53,6 +53,14 @@ def job_href(name: str) -> str:
     return "/job?" + urlencode({"name": name})
 
 
+def host_id(name: str) -> str:
+    """A host's row on the hosts page, as an id and a fragment: a name is data (spaces,
+    quotes, anything), its digest is not."""
+    import hashlib
+
+    return "host-" + hashlib.sha256(name.encode(errors="surrogateescape")).hexdigest()[:16]
+
+
 def durations(runs: Sequence[RunRow], now: datetime, p50: float | None,
               p95: float | None) -> Markup:
     """The last runs' durations, oldest left: a bar per run coloured by outcome, a ring

@@ -84,22 +84,46 @@ def _proxies(given: list[str] | None, loopback_addresses: tuple[str, ...]) -> tu
     return tuple(found)
 
 
-def _hosts(given: list[str] | None, host: str | None) -> frozenset[str] | None:
-    """The names a request's Host may give (its port aside): --allowed-host, the address
-    listened on, and the loopback's names on the loopback; None (any) on a wildcard
-    address or a Unix socket without --allowed-host. A page of another site whose name
-    resolves to this address (DNS rebinding) is refused by it."""
+def _named(given: list[str] | None) -> frozenset[str]:
+    """The names --allowed-host gives the dashboard."""
     names = set()
     for text in given or []:
         name = text.strip().lower()
         if not name or not all(c.isascii() and (c.isalnum() or c in "-._:[]") for c in name):
             raise UsageError(f"--allowed-host: {shown(text)!r} is not a host name")
-        names.add(name.removeprefix("[").removesuffix("]"))
+        bare, port = _port_aside(name)
+        if port:
+            # The request's port is set aside before the comparison: a name with one would
+            # never match, and every request through it would be refused (421).
+            raise UsageError(f"--allowed-host: {shown(text)!r} names a port; give the host "
+                             f"alone ({bare}): the port a request names is not compared")
+        names.add(bare)
+    return frozenset(names)
+
+
+def _hosts(named: frozenset[str], host: str | None) -> frozenset[str] | None:
+    """The names a request's Host may give (its port aside): --allowed-host's, the address
+    listened on, and the loopback's names on the loopback; None (any) on a wildcard
+    address or a Unix socket without --allowed-host. A page of another site whose name
+    resolves to this address (DNS rebinding) is refused by it."""
+    names = set(named)
     if host is not None and host not in ("0.0.0.0", "::", ""):
         names.add(host.lower())
         if loopback(host):
             names.update(("localhost", "127.0.0.1", "::1"))
     return frozenset(names) or None
+
+
+def _port_aside(name: str) -> tuple[str, str]:
+    """A Host header's name and port (`[::1]:8434`, `example.com:8434`; an IPv6 address
+    without brackets has no port)."""
+    if name.startswith("["):
+        inner, _, rest = name[1:].partition("]")
+        return inner, rest.removeprefix(":")
+    if name.count(":") == 1:
+        bare, _, port = name.partition(":")
+        return bare, port
+    return name, ""
 
 
 def loopback(host: str) -> bool:
@@ -116,6 +140,7 @@ def _bound(host: str, port: int) -> socket.socket:
         sock = socket.socket(family, socket.SOCK_STREAM)
         sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
         sock.bind((host, port))
+        sock.listen(128)  # connections wait from the start line on, not refused
     except OSError as error:
         raise UsageError(f"--listen: cannot listen on {host}:{port}: "
                          f"{error.strerror or error}") from None
@@ -175,7 +200,8 @@ def serve(
              "holds FILE's secret (the proxy sets it, and drops a client's own).")] = None,
     allowed_host: Annotated[list[str] | None, typer.Option(
         "--allowed-host", metavar="NAME", show_default=False,
-        help="A name the dashboard answers to in a request's Host (repeatable) [default: "
+        help="A name the dashboard answers to in a request's Host, and takes actions from "
+             "in a browser's Origin: its public name behind a proxy (repeatable) [default: "
              "the --listen address, and localhost's names on the loopback].")] = None,
     hash_password: Annotated[str | None, typer.Option(
         metavar="NAME", show_default=False,
@@ -227,12 +253,13 @@ def serve(
         proxies=_proxies(trusted_proxy, auth.LOOPBACK),
         proxy_secret=auth.read_proxy_secret(proxy_secret_file) if proxy_secret_file else None,
         unix=unix)
-    hosts = _hosts(allowed_host, host)
+    named = _named(allowed_host)
+    hosts = _hosts(named, host)
     sock = _unix_bound(listen.strip()) if unix else _bound(host or "", port)
     try:
         return run.serve(sock, run.Options(config.resolve_target(dsn), name, timeout, source,
                                            allow_actions, quiet,
-                                           unix or loopback(host or ""), hosts))
+                                           unix or loopback(host or ""), hosts, named))
     finally:
         if unix:
             with contextlib.suppress(OSError):

@@ -11,10 +11,10 @@ from typing import Any
 from starlette.requests import Request
 from starlette.responses import Response
 
-from pglock.cli import screens
+from pglock.cli import census_screens, screens
 from pglock.cli.render import iso
 from pglock.errors import UnknownJob, UsageError
-from pglock.reports import dashboard, history, status
+from pglock.reports import dashboard, history, hosts, status
 from pglock.reports.jobs import Job, State
 from pglock.serve import charts
 from pglock.serve.site import Site, as_json, page
@@ -115,9 +115,12 @@ def _job_view(request: Request) -> JobView:
 def job(request: Request) -> Response:
     view = _job_view(request)
     chart = charts.durations(view.runs, view.report.now, view.summary.p50, view.summary.p95)
+    census = view.job.census
+    line = (census_screens.census_line(view.job.name, census, view.report.now)
+            if census is not None else "")
     return page(request, "job.html", now=view.report.now, job=view.job, runs=view.runs,
                 summary=view.summary, audit=view.actions, fires=view.fires, chart=chart,
-                state_order=ORDER)
+                state_order=ORDER, census_line=line)
 
 
 def job_json(request: Request) -> Response:
@@ -156,6 +159,31 @@ def run_json(request: Request) -> Response:
     run_id, name, tail = _output(request)
     return as_json({"id": run_id, "job": name,
                     "output": None if tail is None else screens.decoded(tail)})
+
+
+# ---------------------------------------------------------------- hosts
+
+
+def _hosts(request: Request) -> tuple[Site, hosts.Roll]:
+    site = _site(request)
+    with site.pool.connection() as conn:
+        return site, hosts.read(conn, site.schema)
+
+
+def hosts_page(request: Request) -> Response:
+    """Every host of the census, silent ones first, each with its jobs' last attempts."""
+    _, found = _hosts(request)
+    order = {"silent": 0, "stopping": 1, "attending": 2}
+    states = {host.name: census_screens.host_state(host) for host in found.hosts}
+    shown = sorted(found.hosts, key=lambda h: (order[states[h.name]], h.name))
+    return page(request, "hosts.html", found=found, hosts=shown, states=states,
+                refresh=True)
+
+
+def hosts_json(request: Request) -> Response:
+    """Exactly `pglock hosts --json`."""
+    site, found = _hosts(request)
+    return as_json(census_screens.hosts_json(found, site.place, site.schema))
 
 
 # ---------------------------------------------------------------- timeline

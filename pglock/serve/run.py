@@ -31,6 +31,7 @@ class Options(NamedTuple):
     quiet: bool
     local: bool
     hosts: frozenset[str] | None = None
+    origins: frozenset[str] = frozenset()
 
 
 def serve(sock: socket.socket, options: Options) -> int:
@@ -40,7 +41,7 @@ def serve(sock: socket.socket, options: Options) -> int:
         with pool.connection() as conn:
             place = database.EMBEDDED_PLACE if options.target.embedded else database.place(conn)
         site = Site(pool, options.schema, place, options.auth, options.allow_actions,
-                    options.hosts)
+                    options.hosts, options.origins)
         if not options.quiet:
             print(announcement(sock, site, options.local), file=sys.stderr, flush=True)
         config = uvicorn.Config(web.build(site), log_config=None, access_log=False,

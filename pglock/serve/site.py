@@ -11,7 +11,7 @@ import jinja2
 from starlette.requests import Request
 from starlette.responses import HTMLResponse, JSONResponse
 
-from pglock.cli import render, screens
+from pglock.cli import census_screens, render, screens
 from pglock.serve import charts
 from pglock.serve.auth import Auth
 from pglock.serve.pool import Pool
@@ -37,6 +37,9 @@ class Site:
     allow_actions: bool = False
     # The names a request's Host may give (None: any): --allowed-host.
     hosts: frozenset[str] | None = None
+    # The names a browser's Origin may give besides the request's own Host: those of
+    # --allowed-host, the dashboard's public names behind a proxy (actions.py).
+    origins: frozenset[str] = frozenset()
 
 
 class Denied(Exception):
@@ -55,6 +58,7 @@ def templates() -> jinja2.Environment:
         "text": lambda v: "" if v is None else render.escaped(str(v)),
         "when": lambda m: render.when(m) if m is not None else "-",
         "ago": render.ago, "took": charts.took, "job_href": charts.job_href,
+        "host_id": charts.host_id, "outcome": census_screens.outcome_text,
         "look": charts.look, "percent": lambda v: "-" if v is None else f"{100 * v:.0f}%",
         "output": lambda tail: "\n".join(screens.printable(line) for line in
                                          screens.decoded(tail).splitlines())})

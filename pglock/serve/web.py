@@ -133,6 +133,8 @@ def build(site: Site) -> Starlette:
         Route("/api/timeline", guarded(pages.timeline_json)),
         Route("/calendar", guarded(pages.calendar)),
         Route("/api/calendar", guarded(pages.calendar_json)),
+        Route("/hosts", guarded(pages.hosts_page)),
+        Route("/api/hosts", guarded(pages.hosts_json)),
         Route("/audit", guarded(pages.audit)),
         Route("/api/audit", guarded(pages.audit_json)),
         Route("/action", guarded(actions.act), methods=["POST"]),

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import os
+import stat
 import unicodedata
 from pathlib import Path
 from typing import NamedTuple
@@ -17,11 +18,15 @@ DEFAULT_SCHEMA = "pglock"
 # `dsn` would otherwise send the fleet to the embedded, this-host-only server.
 # `jobs` holds a table per job (`[jobs.NAME]`), checked by jobsfile.py when a job is run.
 # `embedded_linger` is a duration: a string ("10m") or a number of seconds (0).
+# `host` names this host in the census (host_name), checked where it is used.
 CONFIG_KEYS: dict[str, type] = {"dsn": str, "schema": str, "embedded": bool,
-                                 "embedded_linger": float, "jobs": dict}
+                                 "embedded_linger": float, "jobs": dict, "host": object}
 # A config file larger than this is not one (PGLOCK_CONFIG=/dev/zero would be read until
 # memory ran out): a jobs file of 10,000 jobs is well under it.
 CONFIG_LIMIT = 4 << 20
+# How long a config file that is a FIFO may take to be written whole (a shell's <(...)
+# takes a moment; one that nothing writes to never ends).
+FIFO_WAIT = 5.0
 # Schemas that are PostgreSQL's own: pglock's tables and functions would land among the
 # catalog's, or in the schema every role may create in.
 FOREIGN_SCHEMAS = ("public", "information_schema")
@@ -57,6 +62,8 @@ def config_paths() -> list[Path]:
 # schema and its DSN, and parses it once (a changed file, or PGLOCK_CONFIG pointed
 # elsewhere, is parsed afresh; reading it again costs far less than parsing it).
 _parsed: dict[tuple[str, bytes], dict[str, object]] = {}
+# What a config file that is a FIFO gave, by path: it can be read only once.
+_fifos: dict[str, bytes] = {}
 
 
 def read_config_file() -> tuple[Path | None, dict[str, object]]:
@@ -66,8 +73,7 @@ def read_config_file() -> tuple[Path | None, dict[str, object]]:
     paths = config_paths()
     for path in paths:
         try:
-            with path.open("rb") as file:
-                data = file.read(CONFIG_LIMIT + 1)
+            data = _read(path)
         except FileNotFoundError:
             continue
         except OSError as error:
@@ -83,6 +89,44 @@ def read_config_file() -> tuple[Path | None, dict[str, object]]:
         raise ConfigError(f"config file {shown(paths[0].as_posix())} (PGLOCK_CONFIG) does not "
                           "exist")
     return None, {}
+
+
+def _read(path: Path) -> bytes:
+    """The file's first CONFIG_LIMIT + 1 bytes. A FIFO (or a pipe, as a shell's <(...)
+    gives) is read until its writer closes it, for up to FIFO_WAIT: one nobody writes
+    would otherwise hold every pglock command forever at its open."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    try:
+        if not stat.S_ISFIFO(os.fstat(fd).st_mode):
+            os.set_blocking(fd, True)
+            with os.fdopen(os.dup(fd), "rb") as file:
+                return file.read(CONFIG_LIMIT + 1)
+        # Read once: a command reads its config file more than once, a FIFO gives it once.
+        if str(path) not in _fifos:
+            _fifos[str(path)] = _drained(fd, path)
+        return _fifos[str(path)]
+    finally:
+        os.close(fd)
+
+
+def _drained(fd: int, path: Path) -> bytes:
+    import select
+    import time
+
+    data, ends = b"", time.monotonic() + FIFO_WAIT
+    while len(data) <= CONFIG_LIMIT:
+        left = ends - time.monotonic()
+        if left <= 0 or not select.select([fd], [], [], left)[0]:
+            raise ConfigError(f"config file {shown(str(path))}: a FIFO that nothing wrote "
+                              f"to the end within {FIFO_WAIT:g}s; not a config file")
+        try:
+            chunk = os.read(fd, 65536)
+        except BlockingIOError:
+            continue
+        if not chunk:
+            break
+        data += chunk
+    return data
 
 
 def _parse(path: Path, data: bytes) -> dict[str, object]:
@@ -116,6 +160,8 @@ def _check_keys(path: Path, values: dict[str, object]) -> None:
         elif expected is bool:
             if not isinstance(value, bool):
                 raise ConfigError(f"config file {shown(str(path))}: {key} must be true or false")
+        elif expected is object:
+            continue
         elif expected is float:
             if isinstance(value, bool) or not isinstance(value, int | float | str):
                 raise ConfigError(f"config file {shown(str(path))}: {key} must be a duration "
@@ -132,6 +178,9 @@ def _check_keys(path: Path, values: dict[str, object]) -> None:
 
 def resolve_target(dsn_option: str | None) -> Target:
     """The first DSN found wins: --dsn (or PGLOCK_DSN), config file, libpq variables."""
+    # An empty PGLOCK_CONFIG is refused whether or not the file would be read: `status`
+    # with PGLOCK_DSN and PGLOCK_SCHEMA set says what `run` of the same crontab says.
+    config_paths()
     if dsn_option is None and os.environ.get("PGLOCK_DSN") == "":
         # click reads an empty variable as unset; an empty DSN is still a mistake.
         dsn_option = ""
@@ -229,6 +278,45 @@ def configured_schema(schema_option: str | None) -> str:
         raise UsageError(f"--schema: '{shown(schema)}' is PostgreSQL's own schema; pglock "
                          f"needs one of its own (the default is {DEFAULT_SCHEMA})")
     return schema
+
+
+# The longest host name in the census (bytes): DNS's limit on a whole name.
+HOST_LIMIT = 255
+
+
+def host_name() -> str:
+    """This host's name in the census (docs/operators.md, "The census"): PGLOCK_HOST, else
+    `host` in the config file (containers whose host names are random), else the system's
+    host name. UsageError, naming where it came from, for one that is empty, longer than
+    HOST_LIMIT bytes, or holds a control character."""
+    import socket
+
+    variable = os.environ.get("PGLOCK_HOST")
+    if variable is not None:
+        return check_host(variable, "PGLOCK_HOST")
+    path, values = read_config_file()
+    if "host" in values:
+        value = values["host"]
+        where = f"config file {shown(str(path))}: host"
+        if not isinstance(value, str):
+            raise UsageError(f"{where} must be a string (this host's name in the census)")
+        return check_host(value, where)
+    return check_host(socket.gethostname(), "the system's host name (set PGLOCK_HOST)")
+
+
+def check_host(name: str, what: str) -> str:
+    """A host name is 1-255 bytes of UTF-8 without control characters; anything else in it
+    is data."""
+    check_text(name, what)
+    if not name.strip():
+        raise UsageError(f"{what}: the host name is empty")
+    if len(name.encode()) > HOST_LIMIT:
+        raise UsageError(f"{what}: the host name is {len(name.encode())} bytes long; the "
+                         f"limit is {HOST_LIMIT}")
+    if has_control(name):
+        raise UsageError(f"{what}: the host name '{shown(name)}' contains a control "
+                         "character")
+    return name
 
 
 def check_job(job: str, what: str = "--job") -> str:

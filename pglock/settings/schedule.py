@@ -203,6 +203,21 @@ def backlog(schedule: Schedule, current: datetime, limit: int,
     return found[::-1]
 
 
+def recent(schedule: Schedule, at: datetime, count: int,
+           windows: tuple[Window, ...] = ()) -> list[datetime]:
+    """The `count` latest fire times at or before `at`, newest first, those in a window
+    left out (no host attempts those); fewer when MISSED_LIMIT of them are in windows."""
+    found: list[datetime] = []
+    times = _fire_times(schedule, _utc(at) + _HAIR, backward=True)
+    for _ in range(MISSED_LIMIT + count):
+        if len(found) >= count:
+            break
+        moment = next(times)
+        if not windows or window_end(windows, moment) is None:
+            found.append(moment)
+    return found
+
+
 def count_between(schedule: Schedule, after: datetime, before: datetime,
                   windows: tuple[Window, ...] = ()) -> tuple[int, datetime | None]:
     """Fire times strictly between two moments, outside the windows (up to MISSED_LIMIT),
@@ -231,7 +246,9 @@ def zone_setting(tz_option: str | None, environ: Mapping[str, str]) -> tuple[str
     TZ as in cronie, where it sets the zone the crontab's fire times are read in (and is
     passed on to the commands, pglock among them) while TZ only sets theirs.
     """
-    if tz_option:
+    if tz_option is not None:
+        # An empty --tz (tz = "" in a jobs file) is refused by the zone's check, as in
+        # systemd and crontab: not the host's zone, which it would silently be.
         return tz_option, "--tz"
     cron_tz = environ.get("CRON_TZ", "").lstrip(":")
     if cron_tz:

@@ -58,3 +58,15 @@ def test_a_closed_stdout_is_one_quiet_141(env: Env, args: list[str], how: str) -
         assert env.query("SELECT count(*) FROM {schema}.pauses")[0][0] == 1
     if args[0] == "stop":
         assert holder is not None and holder.returncode == 143
+
+
+@pytest.mark.parametrize("args", [["--help"], ["status", "--help"], ["run", "--help"],
+                                  ["systemd", "-h"], ["--version"]], ids=" ".join)
+def test_a_full_stdout_is_one_line_and_125(args: list[str]) -> None:
+    """click prints the help itself: its write to a full disk is said as pglock's own
+    writes are, not as an internal error (issue 46, D15)."""
+    with open("/dev/full", "w") as full:
+        result = subprocess.run([PGLOCK, *args], stdout=full, stderr=subprocess.PIPE,
+                                text=True, timeout=60, check=False)
+    assert (result.returncode, result.stderr) == (
+        125, "pglock: cannot write to standard output: No space left on device\n")

@@ -53,6 +53,8 @@ SCREENS = [
     pytest.param(("history", "--job", "ok-job"), "ok-job", id="history-job"),
     pytest.param(("history", "--output"), "a-line-of-output", id="history-output"),
     pytest.param(("jobs",), "sched-job", id="jobs"),
+    pytest.param(("hosts",), "web-one", id="hosts"),
+    pytest.param(("hosts", "--job", "ok-job"), "ホスト", id="hosts-job"),
     pytest.param(("check",), "PGLOCK", id="check"),
     pytest.param(("doctor",), "schema", id="doctor"),
 ]
@@ -71,6 +73,10 @@ def _jobs(env: Env) -> None:
     assert env.run("run", "--job", WIDE, "--", "true").returncode == 0
     assert env.run("run", "--job", "a-job-whose-name-is-rather-long-for-a-narrow-screen",
                    "--", "false").returncode == 1
+    # The census: more hosts (PGLOCK_HOST), one wide, one long; they lose to the first.
+    for host in ("web-one", "ホスト-二号", "a-host-whose-name-is-rather-long-for-a-narrow-screen"):
+        assert env.run("run", "--job", "ok-job", "--", "true",
+                       env={"PGLOCK_HOST": host}).returncode in (0, 75)
 
 
 @pytest.mark.slow

@@ -5,7 +5,9 @@ from __future__ import annotations
 
 import fcntl
 import os
+import shutil
 import subprocess
+import sys
 import time
 from pathlib import Path
 from zoneinfo import ZoneInfo
@@ -275,3 +277,60 @@ def test_schedule_reads_pglock_schedule(env: Env) -> None:
                      env={"PGLOCK_SCHEDULE": "*/5 * * * *", "PGLOCK_TZ": "UTC"})
     assert result.returncode == 0
     assert env.query("SELECT schedule FROM {schema}.jobs") == [("*/5 * * * *",)]
+
+
+@pytest.mark.slow  # starts the embedded server three times
+def test_a_reaper_that_cannot_be_started_is_said_once(tmp_path: Path) -> None:
+    """pglock run by an interpreter it cannot execute again (a venv under /root, run as
+    another user) could start no reaper: the server stopped at every exit and the warm
+    linger was silently off (docs review, section 3 item 5). Said once, until a reaper
+    starts again. Here the interpreter is a copy that loses its execute bits while the
+    run goes on (root too needs one of them to execute a file)."""
+    data_dir = tmp_path / "data" / "pglock"
+    python = tmp_path / "bin" / "python3"
+    python.parent.mkdir()
+    shutil.copy2(os.path.realpath(sys.executable), python)
+    python.chmod(0o755)
+    site = next(p for p in sys.path if p.endswith("site-packages"))
+    env = _no_database_env(tmp_path, PGLOCK_EMBEDDED_LINGER="30s",
+                           PYTHONPATH=f"{Path(__file__).parents[2]}:{site}")
+    go, started = tmp_path / "go", tmp_path / "started"
+    command = ["sh", "-c", f'touch {started}; while [ ! -e {go} ]; do sleep 0.05; done']
+
+    def run_losing_its_interpreter() -> subprocess.CompletedProcess[str]:
+        go.unlink(missing_ok=True)
+        started.unlink(missing_ok=True)
+        process = subprocess.Popen([str(python), "-m", "pglock", "run", "--job", "cold",
+                                    "--min-hold", "0", "--", *command], env=env, text=True,
+                                   stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+        deadline = time.monotonic() + 60
+        while not started.exists():
+            assert time.monotonic() < deadline and process.poll() is None, "no start"
+            time.sleep(0.05)
+        python.chmod(0o644)
+        go.touch()
+        out, err = process.communicate(timeout=120)
+        python.chmod(0o755)
+        return subprocess.CompletedProcess(process.args, process.returncode, out, err)
+
+    try:
+        first = run_losing_its_interpreter()
+        assert first.returncode == 0, first
+        lines = [line for line in first.stderr.splitlines()
+                 if not line.startswith("pglock: using an embedded PostgreSQL")]
+        assert lines == [f"pglock: the embedded server's linger is off: its reaper could not "
+                         f"be started ({python}: Permission denied), so the server stops "
+                         "with its last user and each command starts it again; said once"]
+        assert _postmaster(data_dir) is None
+        second = run_losing_its_interpreter()
+        assert (second.returncode, second.stderr) == (0, "")
+        # A reaper that starts again: the linger is on, and a later failure is said again.
+        third = subprocess.run([str(python), "-m", "pglock", "run", "--job", "warm",
+                                "--min-hold", "0", "--", "true"], env=env, text=True,
+                               capture_output=True, timeout=120, check=False)
+        assert (third.returncode, third.stderr) == (0, "")
+        assert _postmaster(data_dir) is not None and _reaper_waiting(data_dir)
+        assert not (data_dir / "no-reaper").exists()
+    finally:
+        python.chmod(0o755)
+        EmbeddedServer(data_dir).stop()

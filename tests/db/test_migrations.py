@@ -10,6 +10,7 @@ from __future__ import annotations
 import itertools
 import re
 from collections.abc import Iterator
+from datetime import timedelta
 from importlib import resources
 from pathlib import Path
 from typing import Any
@@ -20,7 +21,7 @@ from conftest import Env
 from psycopg import sql
 
 from pglock.db import schema
-from pglock.lock import lease
+from pglock.lock import lease, ledger
 
 COLUMNS = """
 SELECT table_name, column_name, data_type, is_nullable, column_default
@@ -95,14 +96,18 @@ def test_version_is_the_newest_migration() -> None:
 
 def test_functions_are_written_once() -> None:
     """Migrations change tables (and drop a function whose signature changes): every
-    function is created in sql/functions.sql, once, and no migration sets its body."""
+    function is created in sql/functions.sql, once, and no migration sets its body. (An
+    overload, such as start_run's of version 8 kept for the pglocks running through an
+    upgrade, is a function of its own: its argument types differ.)"""
     folder = resources.files("pglock.db").joinpath("sql")
     tables = [folder.joinpath("schema.sql").read_text()] + [text for _, text in
                                                              schema.migrations()]
     assert not any(re.search(r"CREATE (OR REPLACE )?FUNCTION", text) for text in tables)
-    names = re.findall(r"CREATE OR REPLACE FUNCTION \{schema\}\.(\w+)\(",
+    found = re.findall(r"CREATE OR REPLACE FUNCTION \{schema\}\.(\w+)\(([^)]*)\)",
                        folder.joinpath("functions.sql").read_text())
-    assert len(names) == len(set(names)), names
+    signatures = [(name, tuple(p.split()[1] for p in params.split(",") if p.strip()))
+                  for name, params in found]
+    assert len(signatures) == len(set(signatures)), signatures
 
 
 def test_every_earlier_version_is_frozen_as_released() -> None:
@@ -397,3 +402,89 @@ def test_version_7_keeps_the_tokens_in_use_and_the_next_one_is_higher(env: Env) 
                     'echo "$PGLOCK_SEAT $PGLOCK_FENCING_TOKEN"')
     assert (lock.returncode, lock.stdout) == (0, "42\n"), lock
     assert (seats.returncode, seats.stdout) == (0, "1 42\n"), seats
+
+
+# What a pglock of version 8 sends to take a lock and record its first attempt, and to
+# record a further attempt (version 9 adds the trace ids to both: acquire's is dropped,
+# start_run's stays beside the new one).
+V8_ACQUIRE = """
+SELECT token, run_id FROM {schema}.acquire(
+    8, %(job)s, 'lease', %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s, NULL, NULL,
+    false, 'true', NULL, NULL, NULL, NULL, 1, 1, 1, true, NULL, NULL)
+"""
+V8_START = """
+SELECT run_id, attempt FROM {schema}.start_run(
+    %(job)s, %(holder_id)s, %(fencing_token)s, 'true', NULL, NULL, NULL, NULL, NULL, 1, 2)
+"""
+
+
+def test_a_run_started_under_version_8_retries_through_the_upgrade_to_9(env: Env) -> None:
+    """Version 9 records a traced run's ids: a holder of version 8 that took its lock and
+    recorded its first attempt before the upgrade records its retry after it with version
+    8's start_run, untraced; a new acquire of version 8 finds none of its signature."""
+    claim = lease.Claim(job="old", schema=env.schema, ttl=60)
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(as_released(env.schema, 8))
+        row = conn.execute(schema.query(V8_ACQUIRE, env.schema), claim.params()).fetchone()
+        assert row is not None
+        claim.fencing_token, first = row
+        ledger.finish(conn, claim, first, ledger.RunResult(ledger.Outcome.FAILED, 1, 0.1),
+                      keep=True)
+    traced = env.run("run", "--job", "new", "--", "true",
+                     env={"TRACEPARENT": f"00-{'a' * 32}-{'b' * 16}-01"})  # upgrades it
+    assert (traced.returncode, traced.stderr) == (0, ""), traced
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        retried = conn.execute(schema.query(V8_START, env.schema), claim.params()).fetchone()
+        assert retried is not None and retried[1] == 2
+        ended = ledger.finish(conn, claim, retried[0],
+                              ledger.RunResult(ledger.Outcome.SUCCEEDED, 0, 0.1))
+        assert ended.ours and ended.recorded
+        with pytest.raises(psycopg.errors.UndefinedFunction):
+            conn.execute(schema.query(V8_ACQUIRE, env.schema), claim.params())
+    assert [(r["attempt"], r["outcome"], r["trace_id"]) for r in env.runs("old")] == [
+        (1, "failed", None), (2, "succeeded", None)]
+    assert env.runs("new")[0]["trace_id"] == "a" * 32
+
+
+# What a pglock of version 8 sends to take a lock and record its run's start (its acquire,
+# before the census's parameters), and to renew it.
+V8_HOLD = """
+SELECT token, run_id FROM {schema}.acquire(
+    8, %(job)s, 'lease', %(holder)s, %(holder_pid)s, %(holder_id)s, %(ttl)s, NULL, NULL,
+    false, 'sleep 60', NULL, NULL, NULL, NULL, 0, 1, 1, true, NULL, NULL)
+"""
+
+
+def test_version_9_starts_an_empty_census_and_a_version_8_holder_runs_on(env: Env) -> None:
+    """The census (issue 44) is empty after the upgrade and filled by the next runs; a
+    holder that took its lock through version 8's acquire renews, is contended for, and
+    records its end through the functions it knows."""
+    claim = lease.Claim(job="held", schema=env.schema, ttl=60)
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        conn.execute(as_released(env.schema, 8))
+        row = conn.execute(schema.query(V8_HOLD, env.schema), claim.params()).fetchone()
+        assert row is not None and row[0] is not None
+        claim.fencing_token, run_id = row
+        schema.ensure(conn, env.schema)  # the upgrade, as the first pglock 9 makes it
+    assert env.query("SELECT value FROM {schema}.meta WHERE key = 'version'") == [("9",)]
+    assert env.query("SELECT count(*) FROM {schema}.hosts") == [(0,)]
+    assert env.query("SELECT count(*) FROM {schema}.attendance") == [(0,)]
+    # A host of the new version loses to the old holder, and is in the census for it.
+    contender = env.run("run", "--job", "held", "--", "true", env={"PGLOCK_HOST": "web-9"})
+    assert (contender.returncode, contender.stderr) == (75, ""), contender
+    assert env.query("SELECT job, host, outcome FROM {schema}.attendance") == [
+        ("held", "web-9", "held")]
+    assert env.query("SELECT host, version FROM {schema}.hosts") == [("web-9", "0.1.0")]
+    with psycopg.connect(env.dsn, autocommit=True) as conn:
+        assert lease.renew(conn, claim)[0] is lease.Renewal.OURS
+        ended = conn.execute(schema.query(V5_FINISH, env.schema), claim.params(
+            run_id=run_id, min_hold=timedelta(0), keep=False, duration=timedelta(seconds=1),
+            exit_code=0, signal=None, outcome="succeeded", error=None, output_tail=None,
+            closes=False, hopeless=False, error_line=None, lost_error=None,
+            lost_error_line=None)).fetchone()
+        assert ended is not None and ended[:3] == (True, False, True)
+    after = env.run("run", "--job", "held", "--", "true", env={"PGLOCK_HOST": "web-9"})
+    assert (after.returncode, after.stderr) == (0, ""), after
+    assert [r["outcome"] for r in env.runs("held")] == ["succeeded", "succeeded"]
+    # The old holder is in no census: it ran a pglock that knew none.
+    assert env.query("SELECT host, outcome FROM {schema}.attendance") == [("web-9", "ran")]

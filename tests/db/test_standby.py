@@ -61,6 +61,21 @@ def test_standby_alone_is_refused(env: Env, primary_and_standby: tuple[str, str]
     assert not ran.exists()
 
 
+def test_monitoring_pointed_at_a_standby_is_told_why(
+        env: Env, primary_and_standby: tuple[str, str]) -> None:
+    """A monitoring host given a reader endpoint got libpq's bare "session is read-only"
+    (docs review, section 3): the line says it is a standby, and that pglock needs the
+    primary for the reports too."""
+    _, standby = primary_and_standby
+    for command in ("status", "check", "metrics"):
+        result = env.run(command, "--dsn", standby, "--connect-timeout", "2s")
+        said = result.stdout if command == "check" else result.stderr
+        assert result.returncode == (3 if command == "check" else 125), result
+        assert said.rstrip("\n").endswith("session is read-only (a standby or read replica: "
+                                           "pglock needs the primary, for status, check and "
+                                           "metrics too)"), result
+
+
 def test_standby_listed_first_is_passed_over(env: Env,
                                             primary_and_standby: tuple[str, str]) -> None:
     primary, standby = primary_and_standby

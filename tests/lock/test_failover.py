@@ -110,17 +110,30 @@ def test_lease_holder_carries_on_across_a_synchronous_failover(env: Env, pair: P
     [run] = env.runs("ha")
     assert (run["outcome"], run["fencing_token"]) == ("succeeded", before[1])
 
-    following = env.run("run", "--job", "ha", "--rerun", "--", "true")
+    # The row keeps the old timeline (only an acquisition stamps one: version 9), so the
+    # next run waits out the wait after the promotion, then runs, late.
+    following = env.run("run", "--job", "ha", "--rerun", "--ttl", "30s", "--", "true",
+                        timeout=90)
     assert (following.returncode, following.stderr) == (0, "")
     # The first token of the new timeline (timeline 2), above every token of the old one.
     assert [r["fencing_token"] for r in env.runs("ha")] == [before[1], (1 << 32) + 1]
+    waited_out(env, "ha", 30)
     assert not ran.exists()
     timeline.show(env, "ha")
 
 
+def waited_out(env: Env, job: str, ttl: float) -> None:
+    """The job's newest run started a ttl or more after the new timeline was first seen,
+    and says it started late for that wait."""
+    [(first_seen,)] = env.query("SELECT max(first_seen) FROM {schema}.timelines")
+    newest = env.runs(job)[-1]
+    assert newest["started_at"] >= first_seen + timedelta(seconds=ttl)
+    assert newest["late_reason"] == "promotion_wait"
+
+
 def test_advisory_holder_takes_its_lock_back_on_the_new_primary(env: Env, pair: Pair) -> None:
     marks, release, ran = env.tmp / "marks", env.tmp / "release", env.tmp / "ran"
-    holder = env.popen("run", "--job", "ha", "--mode", "advisory", "--ttl", "60s", "--",
+    holder = env.popen("run", "--job", "ha", "--mode", "advisory", "--ttl", "30s", "--",
                        *held_command(marks, release))
     env.wait_for(lambda: marks.exists(), what="the holder's command")
     before = lock_row(env, "ha")
@@ -147,10 +160,12 @@ def test_advisory_holder_takes_its_lock_back_on_the_new_primary(env: Env, pair: 
     assert holder.returncode == 0
     [run] = env.runs("ha")
     assert (run["outcome"], run["fencing_token"]) == ("succeeded", before[1])
-    following = env.run("run", "--job", "ha", "--mode", "advisory", "--rerun", "--", "true")
+    following = env.run("run", "--job", "ha", "--mode", "advisory", "--rerun", "--ttl",
+                        "30s", "--", "true", timeout=90)
     assert (following.returncode, following.stderr) == (0, "")
     # The first token of the new timeline (timeline 2), above every token of the old one.
     assert [r["fencing_token"] for r in env.runs("ha")] == [before[1], (1 << 32) + 1]
+    waited_out(env, "ha", 30)
     assert not ran.exists()
     timeline.show(env, "ha")
 

@@ -3,6 +3,8 @@ maximum_lag_on_failover 1 MB), two nodes and an etcd, with contenders of a lease
 an advisory job trying throughout a switchover, a SIGKILL of the leader's postmaster
 (patroni restarts it: no promotion) and the loss of the leader's whole node (an
 unplanned failover): no two commands of a job ever run at once, and every token is new.
+And a scheduled job triggered (as cron would, without --wait) right after each promotion:
+its slot runs, late by the wait after the promotion at most, never lost to it.
 
 Debian's patroni (3.0) and etcd-server, with Debian's PostgreSQL 15 (the newest that
 patroni 3.0 knows); skipped where they are missing. Patroni runs its servers as the
@@ -233,20 +235,44 @@ def test_contenders_never_overlap_through_a_switchover_a_killed_postmaster_and_a
                            "--", "sh", "-c", TICKS.format(marks=marks), timeout=120)
             codes[mode].append(done.returncode)
 
+    triggered: list[tuple[str, int, float]] = []
+
+    def trigger(event: str) -> None:
+        """A scheduled job of each mode, fired once right after a promotion: its slot (a
+        job of its own per event, so each trigger has a slot of its own) runs late, not
+        lost."""
+        def fire(mode: str) -> None:
+            fired = time.monotonic()
+            done = env.run("run", "--job", f"cron-{mode}-{event}", "--mode", mode,
+                           "--ttl", "5s", "--schedule", "0 0 1 1 *", "--tz", "UTC",
+                           "--connect-timeout", "20s", "--", "true", timeout=120)
+            triggered.append((f"{mode} after the {event}", done.returncode,
+                              time.monotonic() - fired))
+        firing = [threading.Thread(target=fire, args=(mode,)) for mode in ("lease", "advisory")]
+        for thread in firing:
+            thread.start()
+        threads.extend(firing)
+
     threads = [threading.Thread(target=contend, args=(mode,))
                for mode in ("lease", "advisory") for _ in range(2)]
     for thread in threads:
         thread.start()
     time.sleep(8)
     cluster.switchover()
+    trigger("switchover")
     time.sleep(15)
     cluster.kill_postmaster(cluster.leader())
     time.sleep(20)
     cluster.lose_node(cluster.leader())
+    trigger("failover")
     time.sleep(20)
     stop.set()
     for thread in threads:
         thread.join()
+    # Each ran its slot (exit 0), within the wait (ttl 5 s, a jitter of up to 5 s) and the
+    # time to reach the new primary (--connect-timeout 20s).
+    assert sorted(code for _, code, _ in triggered) == [0, 0, 0, 0], triggered
+    assert all(took < 35 for _, _, took in triggered), triggered
     for mode in ("lease", "advisory"):
         found = spans(env.tmp / mode)
         for earlier, later in itertools.pairwise(found):

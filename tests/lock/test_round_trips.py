@@ -10,6 +10,7 @@ import time
 from collections.abc import Iterator
 from pathlib import Path
 
+import psycopg
 import pytest
 from conftest import PGLOCK, TEST_SETTINGS
 
@@ -30,10 +31,13 @@ def logged(tmp_path: Path) -> Iterator[EmbeddedServer]:
     server.leave()
 
 
-def statements(server: EmbeddedServer, job: str, *args: str, expected: int = 0) -> int:
-    """How many statements `pglock run --job JOB ARGS -- true` sent."""
+def statements(server: EmbeddedServer, job: str, *args: str, expected: int = 0,
+               host: str = HOST) -> int:
+    """How many statements `pglock run --job JOB ARGS -- true` sent (on `host`, its census
+    name; its holder is HOST, which names its statements in the log)."""
     offset = server.log_path.stat().st_size
-    env = {"PGLOCK_DSN": server.conninfo, "PGLOCK_SCHEMA": "counted", "PGLOCK_HOLDER": HOST}
+    env = {"PGLOCK_DSN": server.conninfo, "PGLOCK_SCHEMA": "counted", "PGLOCK_HOLDER": HOST,
+           "PGLOCK_HOST": host}
     done = subprocess.run([PGLOCK, "run", "--job", job, *args, "--", "true"], env=env,
                           capture_output=True, text=True, timeout=60)
     assert (done.returncode, done.stderr) == (expected, ""), done
@@ -56,7 +60,12 @@ def test_a_winner_sends_two_statements_and_a_loser_one(logged: EmbeddedServer) -
     # The first run creates the schema: once per database, not counted.
     statements(logged, "warm")
     assert statements(logged, "x", "--min-hold", "60") == 2
-    assert statements(logged, "x", expected=75) == 1
+    assert statements(logged, "x", expected=75, host="counted-loser") == 1
+    # The census rode in that one statement: the loser is in it (issue 44).
+    with psycopg.connect(logged.conninfo, autocommit=True) as conn:
+        assert conn.execute("SELECT host, outcome FROM counted.attendance WHERE job = 'x' "
+                            "ORDER BY host").fetchall() == [
+            ("counted", "ran"), ("counted-loser", "held")]
     # Scheduled: the slot check rides in the same statements.
     assert statements(logged, "s", "--schedule", "0 0 1 1 *", "--tz", "UTC") == 2
     assert statements(logged, "s", "--schedule", "0 0 1 1 *", "--tz", "UTC",

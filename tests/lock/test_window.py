@@ -46,21 +46,31 @@ def test_a_schema_on_its_first_timeline_waits_for_nothing(env: Env) -> None:
     assert env.query("SELECT fencing_token, timeline FROM {schema}.locks") == [(2, 1)]
 
 
-def test_a_holder_restamps_its_row_only_while_it_has_not_expired(env: Env) -> None:
-    """Only an expired row can have been taken over on the old primary in a write lost
-    with it: its holder's late renewal (or release) keeps the row's old timeline, and
-    with it the wait after the promotion."""
+def test_a_holder_keeps_a_row_of_an_older_timeline_only_until_it_would_have_stopped(
+        env: Env) -> None:
+    """Version 9: no holder's own write re-stamps a row's timeline (only an acquisition
+    does), and its own row of an older timeline is renewed only before the moment its
+    holder stops by (the expiry; an advisory row's stops_by): past it, the old primary may
+    have let another host take it over in a write lost with it. On the current timeline an
+    expired row is still its holder's (a takeover would have changed it)."""
     assert env.run("init", "-q").returncode == 0
+    # job: (the row's timeline, its expiry from now, its stops_by from now)
+    cases = {"live": (0, "4 s", None), "expired": (0, "-1 s", None),
+             "stopped": (0, "5 s", "-1 s"), "current": (1, "-1 s", None)}
+    claims = {}
     with psycopg.connect(env.dsn, autocommit=True) as conn:
-        for job, expired in (("live", False), ("late", True)):
-            claim = lease.Claim(job=job, schema=env.schema, ttl=5)
+        for job, (timeline, expiry, stops_by) in cases.items():
+            claims[job] = claim = lease.Claim(job=job, schema=env.schema, ttl=5)
             assert lease.try_acquire(conn, claim) is lease.Attempt.WON
-            env.query("UPDATE {schema}.locks SET timeline = 0, expires_at = CASE WHEN %s "
-                      "THEN clock_timestamp() - interval '1 s' ELSE expires_at END "
-                      "WHERE job = %s", (expired, job))
-            assert lease.renew(conn, claim)[0] is lease.Renewal.OURS
+            env.query("UPDATE {schema}.locks SET timeline = %s, "
+                      "expires_at = clock_timestamp() + %s::interval, "
+                      "stops_by = clock_timestamp() + %s::interval WHERE job = %s",
+                      (timeline, expiry, stops_by, job))
+        renewed = {job: lease.renew(conn, claim)[0] for job, claim in claims.items()}
+    assert renewed == {"live": lease.Renewal.OURS, "expired": lease.Renewal.LOST,
+                       "stopped": lease.Renewal.LOST, "current": lease.Renewal.OURS}
     assert env.query("SELECT job, timeline FROM {schema}.locks ORDER BY job") == [
-        ("late", 0), ("live", 1)]
+        ("current", 1), ("expired", 0), ("live", 0), ("stopped", 0)]
 
 
 def test_a_run_abandoned_across_a_promotion_says_its_end_may_have_been_lost(
@@ -98,19 +108,19 @@ def looks_promoted(env: Env, job: str, table: str = "locks") -> None:
 def test_a_row_from_an_older_timeline_is_taken_only_a_ttl_after_the_sighting(
         env: Env, mode: str) -> None:
     """Released, so free by every other rule: still nobody takes it before the larger of
-    its ttl and the contender's has passed since the timeline was first seen."""
+    its ttl and the contender's has passed since the timeline was first seen; a trigger
+    refused by that wait alone waits for its end and runs late (version 9)."""
     done = env.run("run", "--job", "old", "--mode", mode, "--ttl", "6s", "--min-hold", "0s",
                    "--", "true")
     assert done.returncode == 0, done
     looks_promoted(env, "old")
-    refused = env.run("run", "--job", "old", "--mode", mode, "--ttl", "5s", "--", "true")
-    assert (refused.returncode, refused.stderr) == (75, ""), refused
-    waited = env.run("run", "--job", "old", "--mode", mode, "--ttl", "5s", "--wait", "30s",
-                     "--", "true")
+    # No --wait: refused by the wait alone, the trigger waits for its end and runs late.
+    waited = env.run("run", "--job", "old", "--mode", mode, "--ttl", "5s", "--", "true")
     assert (waited.returncode, waited.stderr) == (0, ""), waited
     [(first_seen,)] = env.query("SELECT first_seen FROM {schema}.timelines")
     second = env.runs("old")[-1]
     assert second["started_at"] >= first_seen + timedelta(seconds=6)
+    assert second["late_reason"] == "promotion_wait"
     assert env.query("SELECT fencing_token, timeline FROM {schema}.locks") == [(2, 1)]
 
 
@@ -125,10 +135,8 @@ def test_a_semaphores_seats_from_an_older_timeline_are_waited_out(env: Env) -> N
     env.wait_for(lambda: env.query("SELECT count(*) FROM {schema}.seats "
                                    "WHERE released_at IS NULL") == [(0,)])
     looks_promoted(env, "sem", "seats")
-    refused = env.run("run", "--job", "sem", "--limit", "2", "--ttl", "5s", "--", "true")
-    assert (refused.returncode, refused.stderr) == (75, ""), refused
-    waited = env.run("run", "--job", "sem", "--limit", "2", "--ttl", "5s", "--wait", "30s",
-                     "--", "true")
+    waited = env.run("run", "--job", "sem", "--limit", "2", "--ttl", "5s", "--", "true")
     assert (waited.returncode, waited.stderr) == (0, ""), waited
     [(first_seen,)] = env.query("SELECT first_seen FROM {schema}.timelines")
     assert env.runs("sem")[-1]["started_at"] >= first_seen + timedelta(seconds=5)
+    assert env.runs("sem")[-1]["late_reason"] == "promotion_wait"

@@ -7,7 +7,7 @@ import socket
 import subprocess
 
 import pytest
-from conftest import Env, one_line
+from conftest import PGLOCK, Env, one_line
 from operating import holding, on_terminal, pglock_json
 
 
@@ -86,3 +86,18 @@ def test_clear_asks_on_a_terminal(env: Env) -> None:
         assert code == 0 and "cleared job 'asked'" in drawn
         holder.communicate(timeout=20)
     assert holder.returncode == 125
+
+
+@pytest.mark.parametrize("args", [["clear", "--job", "shut"],
+                                  ["prune", "--older-than", "3650d"]], ids=" ".join)
+def test_a_closed_stdin_is_no_terminal(env: Env, args: list[str]) -> None:
+    """`<&-` leaves Python no sys.stdin at all: refused as off a terminal (sweep D6)."""
+    holder, _ = env.start_holder("shut", "--ttl", "6s")
+    try:
+        closed = subprocess.run(["sh", "-c", '"$@" <&-', "sh", PGLOCK, *args], env=env.env,
+                                capture_output=True, text=True, timeout=60, check=False)
+    finally:
+        holder.terminate()
+        holder.communicate(timeout=60)
+    assert (closed.returncode, closed.stdout) == (1, ""), closed
+    assert "refusing to" in one_line(closed.stderr) and "without --yes" in closed.stderr

@@ -206,7 +206,7 @@ def test_check_metrics_and_status_with_paused_jobs(env: Env) -> None:
     assert check.returncode == 0, check
     assert check.stdout.splitlines()[0] == (
         "PGLOCK OK - 2 jobs: 1 paused, 1 ok | jobs=2 ok=1 dead=0 failed=0 overdue=0 paused=1 "
-        "skipped_running=0 slow=0 stale=0")
+        "silent_host=0 skipped_running=0 slow=0 stale=0")
     # A pause older than --paused-warning is a forgotten one.
     old = env.run("check", "--paused-warning", "0")
     assert old.returncode == 1, old

@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import time
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -18,6 +19,7 @@ from replication import Pair
 
 from operate.test_roles import roles  # noqa: F401 (a fixture)
 from pglock.cli import app as cli
+from pglock.db import schema
 
 FAKETIME = shutil.which("faketime")
 
@@ -54,8 +56,9 @@ def test_a_healthy_setup_is_all_ok(env: Env, sync_pair: Pair) -> None:
     lines = result.stdout.splitlines()
     assert [line.split()[0] for line in lines] == ["OK"] * len(lines)
     assert [line.split()[1] for line in lines] == [
-        "database", "password", "server", "engine", "platform", "schema", "terminate",
-        "timeouts", "commit", "connections", "pooling", "replication", "clock"]
+        "database", "password", "server", "engine", "platform", "schema", "census",
+        "terminate", "evict", "timeouts", "commit", "connections", "pooling", "replication",
+        "clock"]
     assert "1 standby(s), 1 synchronous" in result.stdout
 
 
@@ -130,6 +133,23 @@ def test_a_role_short_of_privileges_is_told_what_to_grant(env: Env, weak_role: s
     env.query(f'GRANT pg_signal_backend TO "{role}"')
     code, found = doctor(env, "--dsn", weak_role)
     assert found["terminate"]["status"] == "ok"
+
+
+def test_an_owner_that_cannot_end_a_stopped_holders_session_is_warned(
+        env: Env, weak_role: str) -> None:
+    """acquire ends the session of an advisory holder stopped past its horizon as the
+    schema's owner: an owner without pg_signal_backend leaves such a job skipped by every
+    host until the holder wakes."""
+    role = weak_role.split("user=")[-1]
+    assert env.run("init", "-q").returncode == 0
+    assert doctor(env)[1]["evict"]["status"] == "ok"
+    env.query(f'ALTER SCHEMA {{schema}} OWNER TO "{role}"')
+    try:
+        _, found = doctor(env)
+    finally:
+        env.query("ALTER SCHEMA {schema} OWNER TO CURRENT_USER")
+    assert found["evict"]["status"] == "warn", found["evict"]
+    assert role in found["evict"]["detail"] and "pg_signal_backend" in found["evict"]["advice"]
 
 
 def test_a_runner_or_reader_host_set_up_as_documented_exits_0(
@@ -237,3 +257,65 @@ def test_a_platforms_role_names_it_and_its_failover_is_held_against_the_ttl(
     assert found["failover"]["status"] == "warn"
     assert "at the ttl of the default (1m)" in found["failover"]["detail"]
     assert found["failover"]["advice"].startswith("a ttl of at least 235s ")
+
+
+@pytest.mark.parametrize(("body", "shown"), [
+    ("SELECT E'1\\x1b[31mred\\nline2'", "aurora_version() = 1^[[31mred^Jline2"),
+    ("SELECT repeat('x', 1000000)", "aurora_version() = " + "x" * 60 + "..."),
+    ("SELECT NULL::text", "aurora_version() = NULL"),
+    ("SELECT '16.4.2'", "aurora_version() = 16.4.2"),
+])
+def test_aurora_versions_answer_is_shown_escaped_and_cut(env: Env, body: str,
+                                                         shown: str) -> None:
+    """A function named aurora_version() may be anyone's and answer anything: one short
+    printable line in doctor's finding (issue 46, D14). It is found through the session's
+    search_path, so only this test's doctor sees it."""
+    fake = env.schema + "_aurora"
+    env.query(f'CREATE SCHEMA "{fake}"')
+    try:
+        env.query(f'CREATE FUNCTION "{fake}".aurora_version() RETURNS text '
+                  f"LANGUAGE sql AS $$ {body} $$")
+        dsn = env.dsn + f" options='-c search_path={fake}'"
+        _, found = doctor(env, "--dsn", dsn)
+        assert found["platform"]["detail"].startswith(
+            f"Amazon Aurora PostgreSQL ({shown}); failovers take up to "), found["platform"]
+    finally:
+        env.query(f'DROP SCHEMA "{fake}" CASCADE')
+
+
+@pytest.mark.slow
+def test_aurora_version_is_bounded_by_the_connect_timeout(env: Env) -> None:
+    """A function that does not answer held doctor as long as it took, whatever
+    --connect-timeout said (D14)."""
+    fake = env.schema + "_slow"
+    env.query(f'CREATE SCHEMA "{fake}"')
+    try:
+        env.query(f'CREATE FUNCTION "{fake}".aurora_version() RETURNS text '
+                  "LANGUAGE sql AS $$ SELECT pg_sleep(30)::text $$")
+        dsn = env.dsn + f" options='-c search_path={fake}'"
+        started = time.monotonic()
+        _, found = doctor(env, "--dsn", dsn, "--connect-timeout", "2s")
+        took = time.monotonic() - started
+        assert found["platform"]["detail"].startswith(
+            "Amazon Aurora PostgreSQL (aurora_version() = (no answer within 2s));")
+        assert took < 20, took
+    finally:
+        env.query(f'DROP SCHEMA "{fake}" CASCADE')
+
+
+def test_a_schema_made_empty_for_pglock_is_ok_one_of_another_application_fails(
+        env: Env) -> None:
+    """As run now reads them (issue 46, D22): an empty schema is one the first run fills;
+    one holding someone else's tables and no version record is refused by every command,
+    and doctor names its tables (it said "holds no pglock tables" of both)."""
+    env.query("CREATE SCHEMA {schema}")
+    _, found = doctor(env)
+    assert (found["schema"]["status"], found["schema"]["detail"]) == (
+        "ok", f"schema {env.schema!r} is empty; the first run creates pglock's tables in it "
+              f"(version {schema.VERSION})")
+    env.query("CREATE TABLE {schema}.locks (id int)")
+    code, found = doctor(env)
+    assert code == 2
+    assert found["schema"]["detail"] == (
+        f"schema {env.schema!r} holds tables that are not pglock's (locks), which every "
+        "pglock command refuses")

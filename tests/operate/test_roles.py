@@ -19,7 +19,7 @@ from pglock.db import schema
 from pglock.lock import lease, ledger
 
 KINDS = ("runner", "reader", "operator")
-REFUSED = re.compile(r"pglock: pglock (\w+) needs the (pglock_\w+) role "
+REFUSED = re.compile(r"pglock: pglock ([\w-]+) needs the (pglock_\w+) role "
                      r"\(permission denied for (table|function|schema) [\w\"]+\)")
 
 
@@ -61,6 +61,7 @@ OPERATOR_COMMANDS: tuple[tuple[str, ...], ...] = (
     ("pause", "--job", "j-lease", "--reason", "test"),
     ("resume", "--job", "j-lease"),
     ("forget", "--job", "j-lease", "--reason", "test"),
+    ("forget-host", "nowhere", "--reason", "test"),
 )
 
 
@@ -89,7 +90,12 @@ def test_the_runner_runs_jobs_in_both_modes_and_nothing_else(env: Env,
     assert (seated.returncode, seated.stdout, seated.stderr) == (0, "1\n", ""), seated
     for args in OPERATOR_COMMANDS:
         assert refused(env, runner, *args) == (1, args[0], "pglock_operator")
-    reads: tuple[tuple[str, ...], ...] = (("status",), ("history",), ("metrics",))
+    # Its runs, winners and losers, are in the census: acquire wrote it for them.
+    assert env.query("SELECT job, count(*) FROM {schema}.attendance GROUP BY job "
+                     "ORDER BY job") == [("j-advisory", 1), ("j-lease", 1), ("j-nested", 1),
+                                          ("j-seats", 1)]
+    reads: tuple[tuple[str, ...], ...] = (("status",), ("history",), ("metrics",),
+                                          ("hosts",))
     for args in reads:
         code, command, role = refused(env, runner, *args)
         assert (command, role) == (args[0], "pglock_reader")
@@ -110,7 +116,8 @@ def test_the_reader_reads_and_is_refused_run_and_operating(env: Env,
     reads: tuple[tuple[str, ...], ...] = (
         ("status",), ("status", "--json"), ("status", "--job", "j-lease"),
         ("status", "--job", "j-seats"), ("history",),
-        ("history", "--job", "j-lease"), ("check",), ("metrics",))
+        ("history", "--job", "j-lease"), ("check",), ("metrics",), ("hosts",),
+        ("hosts", "--job", "j-lease"), ("hosts", "--json"))
     for args in reads:
         result = env.run(*args, "--dsn", reader)
         assert (result.returncode, result.stderr) == (0, ""), (args, result)
@@ -191,7 +198,12 @@ def test_a_runner_cannot_take_over_a_live_lease(env: Env, roles: dict[str, str])
                     "SELECT * FROM {schema}.runs",
                     "SELECT {schema}.advisory_key('held')",
                     "SELECT * FROM {schema}.record_start('held', NULL, 'lease', 'h', 1, 'x', "
-                    "99, 'true', NULL, NULL, NULL, NULL, 0, 1)"):
+                    "99, 'true', NULL, NULL, NULL, NULL, 0, 1, NULL, NULL, NULL)",
+                    # The census: written by acquire alone, read by readers.
+                    "SELECT * FROM {schema}.attendance", "SELECT * FROM {schema}.hosts",
+                    "DELETE FROM {schema}.hosts",
+                    "SELECT {schema}.attend('h', '9', '3', 'held', NULL, '1m', true, false, "
+                    "false)"):
                 with pytest.raises(psycopg.errors.InsufficientPrivilege):
                     conn.execute(schema.query(statement, env.schema))
             # The functions, with a guessed holder id and the real (public) token.
@@ -231,15 +243,39 @@ def test_the_run_path_is_only_functions_and_public_cannot_call_them(env: Env) ->
         "SELECT p.proname, p.prosecdef, p.proconfig, "
         "has_function_privilege('public', p.oid, 'EXECUTE') "
         "FROM pg_proc p WHERE p.pronamespace = %s::regnamespace ORDER BY 1", (env.schema,))
-    helpers = ("advisory_horizon", "advisory_key", "incarnation", "next_token",
-               "record_start", "restamp", "session_holds", "sighting", "timeline")
+    helpers = ("advisory_horizon", "advisory_key", "attend", "evict", "granted",
+               "incarnation", "keeps", "next_token", "record_start", "seat_takeable",
+               "session_holds", "sighting", "takeable", "timeline")
+    # Two start_run: version 8's signature stays for the pglocks running through an upgrade.
     assert [r[0] for r in rows] == sorted([
-        "acquire", "catch_up", "fence", "finish", "holds", "note", "note_windows", "release",
-        "renew", "retake", "start_run", *helpers])
+        "acquire", "catch_up", "fence", "finish", "holds", "missed", "note", "note_windows",
+        "release", "renew", "retake", "start_run", "start_run", "take", *helpers])
     for name, definer, config, public in rows:
         assert config == ["search_path=pg_catalog, pg_temp"], name
         assert not public, name
         assert definer == (name not in helpers), name
+
+
+def test_the_columns_withheld_are_the_ones_docs_security_names(env: Env) -> None:
+    """docs/security.md says which columns of locks and seats a runner and a reader do not
+    read (generated from roles.WITHHELD_*: docs review L4); the grants and those names are
+    every column, so that a column a new version adds is granted or named, never lost."""
+    from pglock.operate import roles
+
+    assert env.run("init", "-q").returncode == 0
+    for table, granted, withheld in (
+            ("locks", roles.LOCK_COLUMNS, roles.WITHHELD_LOCK_COLUMNS),
+            ("seats", roles.SEAT_COLUMNS, roles.WITHHELD_SEAT_COLUMNS)):
+        columns = {row[0] for row in env.query(
+            "SELECT column_name FROM information_schema.columns WHERE table_schema = %s "
+            "AND table_name = %s", (env.schema, table))}
+        named = {column.strip() for column in granted.split(",")}
+        assert not named & set(withheld), table
+        assert named | set(withheld) == columns, (table, columns - named - set(withheld))
+    tables = {row[0] for row in env.query(
+        "SELECT table_name FROM information_schema.tables WHERE table_schema = %s",
+        (env.schema,))}
+    assert set(roles.READ_TABLES) == tables - {"locks", "seats"}
 
 
 # The command's side of docs/lease.md's fencing guard, on a connection of the role given

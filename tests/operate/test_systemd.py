@@ -144,6 +144,53 @@ def test_generated_expressions_fire_at_pglocks_slots_or_are_refused(expr: str,
     assert_same([plan], zone, [START])
 
 
+# Every form an expression's fields take: steps that divide the field's cycle and steps
+# that do not (a repetition systemd does not restart at the next hour, day, month or year
+# as cron's list does: `*/7` ran 23:56, then 00:07), ranges with steps, lists, one-value
+# ranges, and both day fields, alone and together (cron's OR).
+FORMS = [
+    "*/7 * * * *", "*/5 * * * *", "*/13 * * * *", "3-59/7 * * * *", "10-50/15 * * * *",
+    "1-1/5 * * * *", "5-5 * * * *", "0,7,33,59 * * * *", "*/7 */5 * * *", "0 */7 * * *",
+    "15 1-23/5 * * *", "0 2-2/3 * * *", "0 0,7,13,22 * * *", "59 23 * * *", "*/25 23 * * *",
+    "0 0 */3 * *", "0 0 2-31/4 * *", "30 12 */10 * *", "0 0 1,15,31 * *", "0 0 29-31 * *",
+    "0 0 */29 * *", "0 0 1 */5 *", "0 0 1 2-12/5 *", "0 0 31 */2 *", "0 12 * 1,6,12 *",
+    "0 0 * * */2", "0 0 * * 1-6/4", "0 0 * * 0,3,5", "0 6 * * 7", "0 0 */3 * */2",
+    "0 0 1-31/10 * 1-5/2", "0 0 13 * 5", "*/7 */5 */3 */5 */2", "59 23 */6 2-12/3 1-5",
+    "0 0 1 1 *", "59 23 31 12 *", "0 0 * 2 1-5/2",
+]
+# Just before an hour's end, a day's, a month's (a 31-day, a 30-day and February's) and
+# a year's: 50 elapses from each cross it (and a daily job's, months and years more).
+EDGES = [datetime(2026, 11, 26, 12, 50, 30, tzinfo=UTC),
+         datetime(2026, 11, 28, 23, 40, 30, tzinfo=UTC),
+         datetime(2026, 11, 30, 23, 40, 30, tzinfo=UTC),
+         datetime(2027, 1, 31, 23, 40, 30, tzinfo=UTC),
+         datetime(2027, 2, 28, 23, 40, 30, tzinfo=UTC),
+         datetime(2028, 2, 28, 23, 40, 30, tzinfo=UTC),
+         datetime(2026, 12, 31, 23, 40, 30, tzinfo=UTC)]
+
+
+@pytest.mark.parametrize("zone", ["UTC", "Asia/Kolkata", pytest.param(
+    "Europe/Berlin", marks=pytest.mark.slow)])
+def test_every_form_fires_at_pglocks_slots_across_hour_day_month_and_year(zone: str) -> None:
+    """The sweep's class: a timer that agrees on a plain day and parts at a boundary."""
+    offset = schedule.resolve_zone(zone)[0].utcoffset(START) or timedelta(0)
+    # The edges of the zone's wall clock, not UTC's.
+    assert_same([schedule.parse(expr, zone) for expr in FORMS], zone,
+                [edge - offset for edge in EDGES])
+
+
+@settings(max_examples=25, deadline=None, derandomize=True)
+@given(strategies.cron_expressions, st.sampled_from(["UTC", "Asia/Kolkata"]))
+def test_generated_expressions_fire_at_pglocks_slots_across_boundaries(expr: str,
+                                                                       zone: str) -> None:
+    try:
+        plan = schedule.parse(expr, zone)
+    except UsageError:
+        return
+    offset = plan.tz.utcoffset(START) or timedelta(0)
+    assert_same([plan], zone, [edge - offset for edge in EDGES])
+
+
 @pytest.mark.parametrize(("expr", "zone", "words"), [
     ("30 2 * * *", "Europe/Berlin", "the clock jumps from 02:00 to 03:00 on 2027-03-28: "
      "pglock has a slot at 03:00 (UTC+0200), a timer would not fire"),

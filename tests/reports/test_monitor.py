@@ -55,7 +55,7 @@ def test_check_returns_each_exit_code(jobs: Env) -> None:
     code, lines = check(jobs, "--job", "healthy")
     assert code == 0
     assert lines[0] == ("PGLOCK OK - 1 job: 1 ok | jobs=1 ok=1 dead=0 failed=0 overdue=0 "
-                        "paused=0 skipped_running=0 slow=0 stale=0")
+                        "paused=0 silent_host=0 skipped_running=0 slow=0 stale=0")
     assert re.fullmatch(r"OK: healthy: last run succeeded \S+ ago, next due \S+", lines[1])
     code, lines = check(jobs, "--job", "overdue")
     assert code == 1
@@ -79,8 +79,8 @@ def test_check_over_all_jobs_reports_the_worst_and_each_problem(jobs: Env) -> No
     code, lines = check(jobs)
     assert code == 2
     assert lines[0] == ("PGLOCK CRITICAL - 4 jobs: 1 failed, 1 overdue, 1 stale, 1 ok "
-                        "| jobs=4 ok=1 dead=0 failed=1 overdue=1 paused=0 skipped_running=0 "
-                        "slow=0 stale=1")
+                        "| jobs=4 ok=1 dead=0 failed=1 overdue=1 paused=0 silent_host=0 "
+                        "skipped_running=0 slow=0 stale=1")
     assert [line.split(":")[:2] for line in lines[1:]] == [
         ["CRITICAL", " failing"], ["WARNING", " overdue"], ["CRITICAL", " stale"]]
     assert "is marked running but its lock expired" in lines[3]
@@ -88,7 +88,8 @@ def test_check_over_all_jobs_reports_the_worst_and_each_problem(jobs: Env) -> No
     report = json.loads(result.stdout)
     assert (result.returncode, report["status"], report["exit_code"]) == (2, "CRITICAL", 2)
     assert report["counts"] == {"jobs": 4, "ok": 1, "dead": 0, "failed": 1, "overdue": 1,
-                                "paused": 0, "skipped_running": 0, "slow": 0, "stale": 1}
+                                "paused": 0, "silent_host": 0, "skipped_running": 0,
+                                "slow": 0, "stale": 1}
     by_job = {job["job"]: job for job in report["jobs"]}
     assert by_job["overdue"]["problems"] == ["overdue"]
     assert by_job["overdue"]["missed_slots"] == 1
@@ -119,7 +120,7 @@ def test_check_bad_option_is_unknown(env: Env) -> None:
 def test_check_with_no_jobs_is_ok(env: Env) -> None:
     assert check(env) == (
         0, ["PGLOCK OK - 0 jobs: 0 ok | jobs=0 ok=0 dead=0 failed=0 overdue=0 paused=0 "
-            "skipped_running=0 slow=0 stale=0"])
+            "silent_host=0 skipped_running=0 slow=0 stale=0"])
 
 
 def samples(text: str) -> dict[tuple[str, tuple[tuple[str, str], ...]], float]:

@@ -79,7 +79,7 @@ def test_promtool_finds_the_exposition_of_every_state_clean(env: Env) -> None:
 def test_promtool_checks_the_rules_and_runs_their_unit_tests() -> None:
     checked = promtool("check", "rules", "pglock.rules.yml")
     assert checked.returncode == 0, checked.stdout + checked.stderr
-    assert "SUCCESS: 9 rules found" in checked.stdout
+    assert "SUCCESS: 11 rules found" in checked.stdout
     tested = promtool("test", "rules", "pglock.rules.test.yml")
     assert tested.returncode == 0, tested.stdout + tested.stderr
     assert "SUCCESS" in tested.stdout

@@ -99,6 +99,40 @@ def test_status_of_an_empty_schema(env: Env) -> None:
     assert json.loads(env.run("status", "--json").stdout)["jobs"] == []
 
 
+def test_status_says_when_the_schema_has_no_pglock_tables(env: Env) -> None:
+    """A typo'd PGLOCK_SCHEMA looked like a quiet fleet (docs review, section 3): the line
+    says the schema has no tables, and asks; one whose jobs were all forgotten does not."""
+    shown = plain(env, "status").splitlines()[-1]
+    assert shown == (f"no job has run here yet: schema {env.schema!r} has no pglock tables "
+                     "(a job's first run creates them; is --schema or PGLOCK_SCHEMA right?)")
+    assert env.run("run", "--job", "once", "--", "true").returncode == 0
+    assert env.run("forget", "--job", "once", "--reason", "r").returncode == 0
+    assert plain(env, "status").splitlines()[-1] == "no job has run here yet"
+
+
+@pytest.mark.parametrize("command", [["status"], ["check"], ["run", "--job", "j", "--", "true"],
+                                     ["pause", "--all", "--reason", "r"], ["history"]])
+def test_a_schema_that_holds_someone_elses_tables_is_refused(env: Env,
+                                                            command: list[str]) -> None:
+    """A schema with another application's `locks` and no pglock version record read as an
+    empty pglock schema (status: nothing, check: OK - 0 jobs), and `run` failed on it with
+    "relation "locks" already exists" (issue 46, D22)."""
+    env.query("CREATE SCHEMA {schema}")
+    env.query("CREATE TABLE {schema}.locks (id int)")
+    env.query("CREATE TABLE {schema}.orders (id int)")
+    done = env.run(*command)
+    line = (f"schema {env.schema!r} holds tables that are not pglock's (locks, orders) and no "
+            "pglock version record: give pglock a schema of its own (--schema, "
+            "PGLOCK_SCHEMA, or schema in the config file)")
+    if command == ["check"]:
+        assert done.returncode == 3 and line in done.stdout, done
+    else:
+        assert (done.returncode, done.stdout) == (125, ""), done
+        assert done.stderr.endswith(line + "\n") and done.stderr.count("\n") == 1, done
+    assert env.query("SELECT count(*) FROM pg_tables WHERE schemaname = %s",
+                     (env.schema,))[0][0] == 2
+
+
 # A slot long past and stable: 00:00 on 1 January, in UTC.
 NEW_YEAR = "0 0 1 1 *"
 

@@ -55,6 +55,41 @@ def test_output_tail_zero_keeps_nothing(env: Env) -> None:
     assert env.runs("none")[0]["output_tail"] is None
 
 
+@pytest.mark.parametrize("how", ["closed", "full"])
+def test_a_stdout_that_cannot_be_written_does_not_kill_the_command(env: Env,
+                                                                    how: str) -> None:
+    """pglock started with `>&-` (or on a full disk): the command's output is kept in the
+    tail and dropped, and the command goes on, as it would without pglock in between (it
+    was killed by SIGPIPE: issue 46, D21). A reader that leaves still means SIGPIPE."""
+    script = "echo hello; sleep 0.3; echo again; echo done >&2"
+    if how == "closed":
+        result = subprocess.run(["sh", "-c", '"$@" >&-', "sh", PGLOCK, "run", "--job", how,
+                                 "--", "sh", "-c", script], env=env.env,
+                                stderr=subprocess.PIPE, timeout=60, check=False)
+    else:
+        with open("/dev/full", "wb") as full:
+            result = subprocess.run([PGLOCK, "run", "--job", how, "--", "sh", "-c", script],
+                                    env=env.env, stdout=full, stderr=subprocess.PIPE,
+                                    timeout=60, check=False)
+    assert (result.returncode, result.stderr) == (0, b"done\n")
+    [run] = env.runs(how)
+    assert (run["outcome"], bytes(run["output_tail"])) == ("succeeded", b"hello\nagain\ndone\n")
+
+
+def test_a_reader_that_leaves_still_ends_the_command_by_sigpipe(env: Env) -> None:
+    read, write = os.pipe()
+    os.close(read)
+    try:
+        result = subprocess.run([PGLOCK, "run", "--job", "left", "--", "sh", "-c",
+                                 "echo one; sleep 0.3; echo two; echo after >&2"],
+                                env=env.env, stdout=write, stderr=subprocess.PIPE,
+                                timeout=60, check=False)
+    finally:
+        os.close(write)
+    assert (result.returncode, result.stderr) == (141, b"")
+    assert env.runs("left")[0]["outcome"] == "killed"
+
+
 def test_output_on_failure_is_silent_on_success(env: Env) -> None:
     result = run_binary(env, "--job", "chronic", "--output-on-failure", "--", "sh", "-c",
                         "echo fine; echo noise >&2")

@@ -15,6 +15,7 @@ import pty
 import select
 import signal
 import subprocess
+import sys
 import time
 from pathlib import Path
 
@@ -349,3 +350,93 @@ def test_ctrl_z_stops_the_command_with_pglock_and_fg_resumes_both(env: Env) -> N
         terminal.close()
     assert code == 0, bytes(terminal.shown)
     assert [r["outcome"] for r in env.runs("pause")] == ["succeeded"]
+
+
+def _watchdog_of(pglock: int) -> int:
+    """pglock's one child: its watchdog (the command is the watchdog's)."""
+    [watchdog] = [pid for pid in _below(pglock)
+                  if Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[1]
+                  == str(pglock)]
+    return watchdog
+
+
+def test_a_watchdog_killed_alone_leaves_nothing_of_the_tree_running(env: Env) -> None:
+    """`kill -9` of the watchdog's pid: the command's own process dies with it; its
+    subshell and daemons, reparented to pglock, ran on with the lock held and renewed,
+    a daemon for good (issue 46, D8). They are stopped as a lost lock's are, and the run
+    is recorded killed, saying why."""
+    old, command = _tree(env)
+    holder = env.popen("run", "--job", "wdkill", "--ttl", f"{TTL:g}s", "--kill-after", "1s",
+                       "--", *command, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL,
+                       start_new_session=True)
+    try:
+        env.wait_for(lambda: _kinds(old) >= KINDS, what="every process of the tree to mark")
+        os.kill(_watchdog_of(holder.pid), signal.SIGKILL)
+        code = holder.wait(timeout=20)
+        ended_at = time.time_ns()
+        time.sleep(0.5)  # more than two periods of the marks
+        left = _left(str(old))
+    finally:
+        _cleanup(str(old))
+        with contextlib.suppress(ProcessLookupError):
+            holder.kill()
+    assert not left, f"processes of the command still run: {left}"
+    assert max(stamp for _, stamp in _marks(old)) < ended_at
+    assert code == 137
+    [run] = env.runs("wdkill")
+    assert (run["outcome"], run["exit_code"], run["error"]) == (
+        "killed", 137, "its watchdog was killed: the command died with it, and what it left "
+                       "running was stopped")
+
+
+def test_a_watchdog_stopped_alone_holds_nothing_up(env: Env) -> None:
+    """`kill -STOP` of the watchdog's pid: it no longer reaped the command or told its
+    exit, so after an operator's `pglock stop` pglock waited (renewing the lock) for as long
+    as the watchdog stayed stopped, and its thaw was recorded as a lock loss (issue 46, D7).
+    pglock continues its watchdog at each renewal."""
+    holder, _ = env.start_holder("wdstop", "--ttl", "6s", seconds=60)
+    watchdog = _watchdog_of(holder.pid)
+    try:
+        os.kill(watchdog, signal.SIGSTOP)
+        env.wait_for(lambda: _stopped(watchdog), what="the watchdog to stop")
+        stop = env.run("stop", "--job", "wdstop", "--reason", "maintenance")
+        assert stop.returncode == 0, stop
+        holder.communicate(timeout=20)
+    finally:
+        with contextlib.suppress(ProcessLookupError):
+            os.kill(watchdog, signal.SIGCONT)
+        with contextlib.suppress(ProcessLookupError):
+            holder.kill()
+    assert holder.returncode == 143
+    [run] = env.runs("wdstop")
+    assert run["outcome"] == "stopped"
+
+
+# A watchdog stopped while pglock renews, continued past the deadline it had: the renewal
+# pglock wrote meanwhile (here without the SIGCONT extend() now sends with it) is read
+# before that deadline is acted on. The command exits while the watchdog is stopped, so
+# its SIGCHLD cuts the watchdog's wait short at the thaw.
+THAW = """
+import os, signal, sys, time
+from pglock.lock import clock
+from pglock.run.watchdog import Command, Watchdog
+
+watchdog = Watchdog(Command(["sleep", "1"], dict(os.environ)), True,
+                    (float("inf"), clock.now() + 1.5, 0.5))
+os.kill(watchdog.pid, signal.SIGSTOP)
+while open(f"/proc/{watchdog.pid}/stat").read().rsplit(")", 1)[1].split()[0] != "T":
+    time.sleep(0.01)
+watchdog._send(b"D", clock.now() + 30)
+time.sleep(2.5)
+os.kill(watchdog.pid, signal.SIGCONT)
+status = watchdog.exit_status(block=True)
+print(os.waitstatus_to_exitcode(status), watchdog.stand_down())
+"""
+
+
+def test_a_watchdog_thawed_past_its_deadline_reads_the_renewals_first(tmp_path: Path) -> None:
+    """Its thaw, with renewals queued, made it fire on the stale deadline: pglock then
+    recorded a lock loss for a lock never lost (issue 46, D7)."""
+    done = subprocess.run([sys.executable, "-c", THAW], capture_output=True, text=True,
+                          timeout=60, check=False)
+    assert (done.returncode, done.stdout, done.stderr) == (0, "0 False\n", "")

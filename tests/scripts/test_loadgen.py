@@ -50,6 +50,22 @@ def test_storm_runs_each_job_once(env: Env) -> None:
     assert result["peak_client_connections"] >= 1
 
 
+def test_a_warm_held_storm_is_all_losers_with_the_census_due(env: Env) -> None:
+    """--warm --held (docs/scale.md, "The census"): storms first until every host attends
+    every job, then a holder on each job; every contender of the storm measured loses."""
+    server = loadgen.Server(env.dsn, env.dsn)
+    result = loadgen.storm(server, env.schema, hosts=3, jobs=2, jitter=0.0,
+                           command_seconds=0.1, held=True, warm=True)
+    assert (result["errors"], result["first_errors"]) == (0, {})
+    assert (result["wins"], result["losses"]) == (0, 6)
+    assert result["jobs_not_run_once"] == []
+    assert result["overlaps"] == [] and result["runs_table"] == []
+    assert loadgen._attended(env.dsn, env.schema) == 6
+    # The storm measured rewrote each host's row (the census was moved a minute back).
+    assert env.query("SELECT count(*) FROM {schema}.attendance WHERE host LIKE 'host-%%' "
+                     "AND cardinality(gaps) >= 2") == [(6,)]
+
+
 def test_the_evidence_catches_an_overlap(env: Env) -> None:
     """The checks can fail: two tenures of one job that overlap, and a runs table that
     shows a run started inside another's."""

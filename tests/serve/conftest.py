@@ -53,11 +53,11 @@ def _pools_dropped() -> Iterator[None]:
 
 
 def client(env: Env, auth: Auth | None = None, *, actions: bool = False,
-           conninfo: str | None = None) -> TestClient:
+           conninfo: str | None = None, origins: frozenset[str] = frozenset()) -> TestClient:
     """The application over the schema, called in process."""
     pool = Pool(conninfo or env.dsn, timeout=3)
     POOLS.append(pool)
-    site = Site(pool, env.schema, "test-db", auth or Auth(), actions)
+    site = Site(pool, env.schema, "test-db", auth or Auth(), actions, origins=origins)
     return TestClient(build(site), raise_server_exceptions=True)
 
 

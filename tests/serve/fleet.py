@@ -68,6 +68,28 @@ WHERE j.job = %(job)s
 """
 
 
+# The census of nightly-backup (every 8 hours): web-1 attends it, old-host too on an older
+# pglock, and a host with a hostile name stopped two days ago (as SQL: a test cannot wait
+# two slots). tidy-tmp's census comes from real runs on web-1 and web-2 (PGLOCK_HOST).
+CENSUS = """
+INSERT INTO {schema}.hosts AS h (host, first_seen, version, python, jobs) VALUES
+    ('web-1', now() - interval '30 days', '0.1.0', '3.11.7', '{{nightly-backup}}'),
+    ('old-host', now() - interval '30 days', '0.0.9', '3.11.2', '{{nightly-backup}}'),
+    (%(silent)s, now() - interval '30 days', '0.1.0', '3.12.1', '{{nightly-backup}}')
+ON CONFLICT (host) DO UPDATE SET jobs = h.jobs || excluded.jobs
+"""
+ATTENDANCE = """
+INSERT INTO {schema}.attendance (job, host, first_attempt, ttl, outcome, last_attempt, slot,
+                                 gaps)
+SELECT 'nightly-backup', host, now() - interval '30 days', interval '1 minute', 'held',
+       date_trunc('hour', now()) - interval '1 hour' + ago,
+       date_trunc('hour', now()) - interval '1 hour' + ago, '{{28800,28800}}'
+FROM (VALUES ('web-1', interval '0'), ('old-host', interval '0'),
+             (%(silent)s, interval '-2 days')) AS v(host, ago)
+"""
+SILENT_HOST = "<b>gone</b>\u202e"
+
+
 def seed(env: Env) -> None:
     """The fleet: every state, many idle jobs, hostile names, a long history."""
     assert env.run("init", "-q").returncode == 0
@@ -81,6 +103,10 @@ def seed(env: Env) -> None:
         assert env.run("run", "--job", job, "--", "true").returncode == 0
     assert env.run("pause", "--job", "paused-job", "--reason", "<i>maintenance</i>"
                    ).returncode == 0
+    for host in ("web-1", "web-2"):
+        done = env.run("run", "--job", "tidy-tmp", "--min-hold", "0", "--", "true",
+                       env={"PGLOCK_HOST": host})
+        assert done.returncode in (0, 75), done
     env.query(HISTORY)
     env.query(BULK_RUNS, {"bulk": BULK})
     env.query(SUMMARIES)
@@ -91,6 +117,8 @@ def seed(env: Env) -> None:
     env.query("UPDATE {schema}.jobs SET schedule = '0 3 * * *', timezone = 'UTC', "
               "last_slot = now() - interval '3 days', next_slot = now() - interval '2 days', "
               "grace = interval '10 minutes' WHERE job = 'overdue-job'")
+    env.query(CENSUS, {"silent": SILENT_HOST})
+    env.query(ATTENDANCE, {"silent": SILENT_HOST})
     env.query("UPDATE {schema}.jobs SET dead_slot = now() - interval '1 hour', "
               "dead_attempts = 3, dead_error = 'disk full <oops>' WHERE job = 'dead-job'")
     for job, expires, released, cleared in (

@@ -27,7 +27,8 @@ pytestmark = pytest.mark.skipif(
 PAGES = [
     ("fleet", "/", ["dead-job", "stale-job", SCRIPT, "idle jobs are not listed", "overdue"],
      ("table.jobs tbody tr", 9)),
-    ("job", "/job?name=nightly-backup", ["nightly-backup", "next slots", "p95", "Runs"],
+    ("job", "/job?name=nightly-backup", ["nightly-backup", "next slots", "p95", "Runs",
+                                         "hosts of nightly-backup: 2 hosts fire it", "silent"],
      ("svg.durations rect.run", 100)),
     ("hostile", "/job?" + "name=%3Cscript%3Ealert(1)%3C%2Fscript%3E", [SCRIPT, "failed"],
      ("svg.durations rect.run", 1)),
@@ -36,6 +37,8 @@ PAGES = [
     ("calendar", "/calendar?job=nightly-backup&days=90", ["Calendar", "nightly-backup"],
      ("svg.calendar rect.day", 90)),
     ("audit", "/audit", ["Audit log", "<i>maintenance</i>", "pause"], ("table.audit tr", 2)),
+    ("hosts", "/hosts", ["Hosts", "<b>gone</b>\\u202e", "silent", "older", "web-1", "web-2",
+                         "pglock 0.0.9 on 1"], ("table.hosts tbody tr", 4)),
 ]
 
 

@@ -30,7 +30,9 @@ def stepped(plan: schedule.Schedule, first: datetime, now: datetime) -> dict[dat
 
 EXPRESSIONS = ["* * * * *", "*/7 * * * *", "30 2 * * *", "0 */3 * * 1-5", "15,45 1-3 * * *",
                "@daily", "@hourly", "0 0 1 * *", "5 23 * * 0", "*/20 0-4 29 2,3 *",
-               "0 0 */2 * 1", "59 23 31 12 *", "0,30 0-2 * 3,10,11 *"]
+               "0 0 */2 * 1", "59 23 31 12 *", "0,30 0-2 * 3,10,11 *",
+               # One-value ranges, which croniter's own reading takes for `*` (sweep D5).
+               "0 1-1 * * *", "5-5,40 2-2/3 * * *", "1-1/5 * * * *"]
 ZONES = ["UTC", "Europe/Berlin", "America/New_York", "Asia/Kolkata", "Australia/Lord_Howe",
          "America/Santiago", "Pacific/Chatham", "America/Havana"]
 
@@ -46,6 +48,16 @@ def test_fire_times_by_day_are_those_the_schedule_steps_through(
     plan = schedule.parse(expr, zone)
     assert dashboard._fires_by_day(plan, first, first + span) == stepped(plan, first,
                                                                          first + span)
+
+
+@pytest.mark.parametrize(("expr", "daily"), [
+    ("0 1-1 * * *", 1), ("5-5 * * * *", 24), ("1-1/5 3-3 * * *", 1), ("0-0 0-23/12 * * *", 2)])
+def test_one_value_ranges_are_read_as_run_reads_them(expr: str, daily: int) -> None:
+    """`1-1` is the one value 1, not `*` as croniter reads it: a healthy job's calendar
+    showed 22 missed slots a day (sweep D5)."""
+    first, now = datetime(2026, 11, 20, tzinfo=UTC), datetime(2026, 11, 28, tzinfo=UTC)
+    counts = dashboard._fires_by_day(schedule.parse(expr, "UTC"), first, now)
+    assert set(counts.values()) == {daily} and len(counts) == 8
 
 
 def test_a_minutely_jobs_year_is_counted_to_its_end() -> None:

@@ -13,13 +13,15 @@ from starlette.testclient import TestClient
 
 from pglock.serve.site import CSP
 from serve.conftest import client
-from serve.fleet import BULK, RTL, SCRIPT
+from serve.fleet import BULK, RTL, SCRIPT, SILENT_HOST
 
 PAGES = ["/", "/?all=1", "/job?name=nightly-backup", "/timeline", "/timeline?range=7d",
          "/timeline?range=1h&job=nightly-backup", "/calendar", "/calendar?days=90",
-         "/calendar?job=nightly-backup", "/audit", "/audit?job=paused-job", "/run?id=2"]
+         "/calendar?job=nightly-backup", "/audit", "/audit?job=paused-job", "/run?id=2",
+         "/hosts"]
 APIS = ["/api/fleet", "/api/job?name=nightly-backup", "/api/timeline?range=7d",
-        "/api/calendar?job=nightly-backup&days=90", "/api/audit", "/api/run?id=2"]
+        "/api/calendar?job=nightly-backup&days=90", "/api/audit", "/api/run?id=2",
+        "/api/hosts"]
 
 
 @pytest.mark.parametrize("path", PAGES + APIS)
@@ -68,7 +70,8 @@ def test_the_fleet_json_is_status_json(web: TestClient, fleet: Env) -> None:
 
 
 def test_hostile_names_and_texts_are_shown_as_text(web: TestClient) -> None:
-    for path in ("/", "/?all=1", "/audit", "/timeline?range=1h"):
+    for path in ("/", "/?all=1", "/audit", "/timeline?range=1h", "/hosts",
+                 "/job?name=nightly-backup"):
         page = web.get(path).text
         assert SCRIPT not in page
         assert "\u202e" not in page
@@ -182,3 +185,34 @@ def test_one_run_is_one_run_on_the_job_page(env: Env) -> None:
     assert env.run("run", "--job", "once", "--min-hold", "0", "--", "true").returncode == 0
     page = client(env).get("/job", params={"name": "once"}).text
     assert "1 run shown" in page and "1 runs" not in page
+
+
+def test_the_hosts_page_shows_the_census_and_its_json_is_hosts_json(
+        web: TestClient, fleet: Env) -> None:
+    """Each host, its version (an older one marked), its jobs and when it last attempted
+    each, the silent one first and marked; the JSON is `pglock hosts --json`."""
+    page = web.get("/hosts").text
+    shown = "&lt;b&gt;gone&lt;/b&gt;\\u202e"
+    assert SILENT_HOST not in page and shown in page
+    assert page.index(shown) < page.index(">web-1<") < page.index(">web-2<")
+    assert 'class="pill h-silent">silent' in page and "older</span>" in page
+    assert "pglock <bdi>0.0.9</bdi> on 1" in page
+    mine = web.get("/api/hosts").json()
+    done = fleet.run("hosts", "--json")
+    assert (done.returncode, done.stderr) == (0, ""), done
+    theirs = json.loads(done.stdout)
+    del mine["now"], theirs["now"]
+    assert mine == {**theirs, "database": mine["database"]}
+    by_name = {host["host"]: host for host in mine["hosts"]}
+    assert by_name[SILENT_HOST]["silent_jobs"] == ["nightly-backup"]
+    assert by_name["old-host"]["skewed"] and not by_name["web-1"]["skewed"]
+    assert {job["job"] for job in by_name["web-1"]["jobs"]} == {"nightly-backup", "tidy-tmp"}
+
+
+def test_a_job_page_lists_its_hosts(web: TestClient) -> None:
+    page = web.get("/job", params={"name": "nightly-backup"}).text
+    assert "hosts of nightly-backup: 2 hosts fire it (old-host, web-1); silent: " in page
+    assert page.count('<tr class="a-') == 3 and "(every job)" in page
+    document = web.get("/api/job", params={"name": "nightly-backup"}).json()
+    assert document["jobs"][0]["hosts"]["attending"] == ["old-host", "web-1"]
+    assert [h["host"] for h in document["jobs"][0]["hosts"]["silent"]] == [SILENT_HOST]

@@ -25,7 +25,7 @@ from pglock.serve.web import build
 from serve.conftest import POOLS
 from serve.fleet import SCRIPT
 
-ROUTES = ["/", "/job", "/run", "/timeline", "/calendar", "/audit"]
+ROUTES = ["/", "/job", "/run", "/timeline", "/calendar", "/audit", "/hosts"]
 KEYS = ["name", "job", "runs", "id", "range", "end", "days", "before", "all", "csrf"]
 # What must never come back as markup: it would be an element or break out of an
 # attribute. (`<x-evil` and `"x-evil` never occur in a page of its own.)

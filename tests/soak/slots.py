@@ -25,7 +25,9 @@ A host's part in a missed slot is accounted for when its invocation for the slot
   host or the server;
 - was refused (exit 75, held elsewhere) while a run of the job held the lock (any slot's:
   a run that outlasts its interval makes the next slots miss, docs/schedules.md), or
-  while the server had a fault;
+  while the server had a fault other than a promotion: a trigger refused by the wait
+  after a promotion waits for its end and runs the slot late (docs/ha.md), so a slot
+  lost to that wait is a defect;
 - never happened because the host was frozen when cron would have fired it.
 
 Clock offsets never account for anything: they stay within the documented bound, where
@@ -251,7 +253,7 @@ def _refusing(invocation: Invocation, spec: JobSpec, faults: list[Fault],
         if holder is not None:
             return holder
         since = invocation.fired_wall - 1.5 * spec.ttl
-        return next((f for f in faults if f.host is None
+        return next((f for f in faults if f.host is None and f.kind not in FAILOVERS
                      and f.start_wall <= invocation.ended_wall and f.end_wall >= since), None)
     return next((f for f in faults if _aimed(f, invocation.host, spec)
                  and f.start_wall <= invocation.ended_wall + 1

@@ -179,3 +179,17 @@ def test_parameters_are_counted_without_self() -> None:
     tree = ast.parse("class A:\n    def f(self, a, b=1, *c, d, **e): pass\n")
     function = next(n for n in ast.walk(tree) if isinstance(n, ast.FunctionDef))
     assert parameters(function) == 5
+
+
+def test_one_module_reads_cron_expressions() -> None:
+    """Every surface (run, status, check, the calendar, systemd) reads a schedule through
+    pglock.settings.schedule: croniter's own reading differs from cron's (`1-1` is `*` to
+    it), and the calendar that used it apart showed a healthy job missing (sweep D5)."""
+    readers = set()
+    for path in PACKAGE.rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            names = ([a.name for a in node.names] if isinstance(node, ast.Import) else
+                     [node.module or ""] if isinstance(node, ast.ImportFrom) else [])
+            if any(name.split(".")[0] == "croniter" for name in names):
+                readers.add(module_name(path))
+    assert readers == {"pglock.settings.schedule"}

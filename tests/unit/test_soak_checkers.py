@@ -159,6 +159,18 @@ def test_a_miss_during_a_server_restart_is_explained() -> None:
     assert found.state == "missed-explained"
 
 
+def test_a_slot_lost_to_the_wait_after_a_promotion_is_a_defect() -> None:
+    """Every host refused (75) just after a failover, nobody holding the job: the wait
+    after the promotion refused them, and a trigger waits that wait out now (docs/ha.md),
+    so a slot lost to it is no longer excused by the failover. A restart still excuses."""
+    for kind in FAILOVERS:
+        promoted = [fault(kind, None, -3, -1)]
+        found = verdict([], losers(*HOSTS), promoted)
+        assert found.state == "missed-unexplained", kind
+    restarted = [fault("restart-immediate", None, -3, -1)]
+    assert verdict([], losers(*HOSTS), restarted).state == "missed-explained"
+
+
 def test_a_miss_needs_every_host_accounted_for() -> None:
     # h1 cut off, but h2 and h3 reached the database and ran nothing: not explained.
     cut = [fault("partition", "h1", -1, 15)]

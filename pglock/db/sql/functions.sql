@@ -83,40 +83,100 @@ LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
 $$;
 
 -- sighting: this timeline, when a pglock first saw it (recorded now if nobody had: one row
--- per timeline, conflict-free), and whether the schema saw an earlier one (a promotion
--- since its creation). Called by acquire with synchronous_commit on: the sighting is
--- durable before any lock is taken under it.
+-- per timeline, conflict-free), whether the schema saw an earlier one (a promotion since
+-- its creation), the longest ttl granted on this timeline so far, the schema's first
+-- timeline (that of a row an older pglock wrote with none), and the longest granted
+-- on the newest earlier one (what a job with no row waits for after a promotion: a lost
+-- first acquisition's ttl cannot be read, only the longest the old primary had
+-- replicated; docs/ha.md, "One ttl per job"). Called by acquire with synchronous_commit
+-- on: the sighting is durable before any lock is taken under it; and by a holder's renew,
+-- finish or release that finds its row of an older timeline, so that the wait after a
+-- promotion counts from the first statement of any pglock on the new primary.
 CREATE OR REPLACE FUNCTION {schema}.sighting()
-RETURNS TABLE (timeline bigint, first_seen timestamptz, promoted boolean)
+RETURNS TABLE (timeline bigint, first_seen timestamptz, promoted boolean,
+               longest_ttl interval, prior_longest_ttl interval, first_timeline bigint)
 LANGUAGE plpgsql SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_timeline bigint := {schema}.timeline();
-    v_first timestamptz;
+    v_seen record;
 BEGIN
-    SELECT t.first_seen INTO v_first FROM {schema}.timelines t WHERE t.timeline = v_timeline;
-    IF v_first IS NULL THEN
+    SELECT t.first_seen, t.longest_ttl INTO v_seen FROM {schema}.timelines t
+    WHERE t.timeline = v_timeline;
+    IF v_seen.first_seen IS NULL THEN
         INSERT INTO {schema}.timelines (timeline, first_seen)
         VALUES (v_timeline, clock_timestamp()) ON CONFLICT DO NOTHING;
-        SELECT t.first_seen INTO v_first FROM {schema}.timelines t
+        SELECT t.first_seen, t.longest_ttl INTO v_seen FROM {schema}.timelines t
         WHERE t.timeline = v_timeline;
     END IF;
-    RETURN QUERY SELECT v_timeline, v_first,
-        EXISTS (SELECT 1 FROM {schema}.timelines t WHERE t.timeline < v_timeline);
+    RETURN QUERY SELECT v_timeline, v_seen.first_seen, p.timeline IS NOT NULL,
+                        v_seen.longest_ttl, p.longest_ttl,
+                        (SELECT min(t.timeline) FROM {schema}.timelines t)
+    FROM (SELECT 1) one LEFT JOIN LATERAL (
+        SELECT t.timeline, t.longest_ttl FROM {schema}.timelines t
+        WHERE t.timeline < v_timeline ORDER BY t.timeline DESC LIMIT 1) p ON true;
 END
 $$;
 
--- restamp: the timeline a holder's own write (renew, release, finish) records on its row
--- or seat: the current one while the row has not expired, its old one else. Only an
--- expired row can have been taken over on an old primary, in a write lost with it; a
--- holder that renews (or releases) an expired row on the new primary is past its local
--- deadline, and the holder of that lost takeover may still be running: the row keeps its
--- old timeline, and the wait of acquire (docs/ha.md) with it. (expires_at: the row's
--- value before the write.)
-CREATE OR REPLACE FUNCTION {schema}.restamp(p_timeline bigint, p_expires timestamptz)
-RETURNS bigint
+-- granted: a ttl this timeline has just granted, kept as its longest when it is longer
+-- (written only then: rarely). Never lowered, so a write lost in a failover can only lose
+-- the newest raise.
+CREATE OR REPLACE FUNCTION {schema}.granted(p_timeline bigint, p_ttl interval)
+RETURNS void
 LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
-    SELECT CASE WHEN p_expires > clock_timestamp() THEN {schema}.timeline()
-                ELSE p_timeline END
+    UPDATE {schema}.timelines SET longest_ttl = p_ttl
+    WHERE timeline = p_timeline AND (longest_ttl IS NULL OR longest_ttl < p_ttl);
+$$;
+
+-- keeps: whether a holder may go on under its own row (renew it, keep it for another
+-- attempt, start an attempt under it, fence a write with it). On the current timeline,
+-- always: a takeover would have changed the holder id. On an older one, only until the
+-- row's holder would have stopped its command (stops_by, else the expiry): past that, the
+-- old primary may have let another host take the row, in a write lost with it, whose
+-- holder still runs (docs/ha.md, "Asynchronous replication"). This compares the old
+-- primary's timestamps with this server's clock; pglock itself also acts on a
+-- confirmation only when its answer came before its previous local deadline, which
+-- needs no clock of the servers at all (docs/ha.md, "Late answers").
+CREATE OR REPLACE FUNCTION {schema}.keeps(p_timeline bigint, p_expires timestamptz,
+                                          p_stops_by timestamptz)
+RETURNS boolean
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    -- A row with no timeline (an older pglock's write through an upgrade) is of the
+    -- schema's first one.
+    SELECT coalesce(p_timeline, (SELECT min(t.timeline) FROM {schema}.timelines t), 0)
+               >= {schema}.timeline()
+        OR coalesce(p_stops_by, p_expires) > clock_timestamp()
+$$;
+
+-- evict: end the session of an advisory holder that is stopped or cut off (a Ctrl-Z, a
+-- debugger, a frozen VM whose kernel still answers keepalives), so that the job can be
+-- taken over: only when its row, stamped by this server in this life of its lock table,
+-- is past the horizon by which its holder has stopped its command (stops_by: its
+-- watchdog's deadline has passed), and its recorded backend still holds the session
+-- lock. False when there is nobody to evict, or the schema's owner may not end that
+-- backend (it lacks pg_signal_backend: pglock doctor says so); the contender then skips.
+CREATE OR REPLACE FUNCTION {schema}.evict(p_job text) RETURNS boolean
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_pid integer;
+BEGIN
+    SELECT l.backend_pid INTO v_pid FROM {schema}.locks l
+    WHERE l.job = p_job AND l.mode = 'advisory' AND l.released_at IS NULL
+      AND l.cleared_at IS NULL AND l.stops_by <= clock_timestamp()
+      AND l.incarnation = {schema}.incarnation()
+      AND EXISTS (SELECT 1 FROM pg_catalog.pg_locks k
+                  WHERE k.locktype = 'advisory' AND k.objsubid = 1 AND k.granted
+                    AND k.pid = l.backend_pid
+                    AND ((k.classid::bigint << 32) | k.objid::bigint)
+                        = {schema}.advisory_key(p_job)
+                    AND k.database = (SELECT oid FROM pg_catalog.pg_database
+                                      WHERE datname = current_database()));
+    IF v_pid IS NULL OR v_pid = pg_backend_pid() THEN
+        RETURN false;
+    END IF;
+    RETURN pg_terminate_backend(v_pid, 1000);
+EXCEPTION WHEN insufficient_privilege THEN
+    RETURN false;
+END
 $$;
 
 -- next_token: the fencing token after p_previous (NULL: none yet) on timeline p_timeline.
@@ -153,12 +213,14 @@ $$;
 -- new row is attempt 1 whatever the caller says: the first attempt's start commits with
 -- the lock, so a holder whose slot row was lost has lost its lock too; and the CHECK
 -- applies to the row proposed, before the conflict, whose limit a replay may have
--- raised on the existing one.)
+-- raised on the existing one.) p_late: why the run starts late (version 9:
+-- 'promotion_wait', it waited out the wait after a promotion), shown by history. A traced
+-- run's trace and span ids go on the row (version 9; NULL: not traced).
 CREATE OR REPLACE FUNCTION {schema}.record_start(
     p_job text, p_slot timestamptz, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_fencing_token bigint, p_command text, p_schedule text,
     p_timezone text, p_next_slot timestamptz, p_grace interval, p_retries integer,
-    p_attempt integer)
+    p_attempt integer, p_late text, p_trace_id text, p_span_id text)
 RETURNS TABLE (run_id bigint, started_at timestamptz, attempt integer, attempt_limit integer)
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 WITH claim AS (
@@ -190,13 +252,14 @@ WITH claim AS (
 ), started AS (
     INSERT INTO {schema}.runs
         (job, slot, mode, holder, holder_pid, fencing_token, command, started_at, outcome,
-         attempt, manual, claim_digest, seat)
+         attempt, manual, claim_digest, seat, late_reason, trace_id, span_id)
     SELECT p_job, p_slot, p_mode, p_holder, p_holder_pid, p_fencing_token,
            p_command, clock_timestamp(), 'running',
            coalesce((SELECT attempts FROM opened), p_attempt),
            p_slot IS NULL AND EXISTS (
                SELECT 1 FROM {schema}.jobs WHERE job = p_job AND schedule IS NOT NULL),
-           sha256(convert_to(p_holder_id, 'UTF8')), (SELECT seat FROM claim)
+           sha256(convert_to(p_holder_id, 'UTF8')), (SELECT seat FROM claim), p_late,
+           p_trace_id, p_span_id
     RETURNING id, started_at, attempt,
               coalesce((SELECT attempt_limit FROM opened), 1 + p_retries) AS limit_
 ), latest_abandoned AS (
@@ -251,16 +314,149 @@ WITH claim AS (
 SELECT id, started_at, attempt, limit_ FROM started
 $$;
 
+-- attend: the census (docs/operators.md, "The census"): this host attempted the job, and
+-- how the attempt came out (won: it ran; else the slot was done, the job paused, or the
+-- lock held). Called by acquire once the outcome is known, inside its statement: a loser
+-- still sends one. The attempt is rewritten at most once a minute of the database's clock
+-- (a winner that lost earlier in the same minute, with --wait, records that it ran), in
+-- an unlogged table: no WAL. The host's row (logged) is read only when the attempt was
+-- written, and written only when the host is new, its versions changed, or it attempted
+-- this job a second time (the job joins those it attends). An unnamed host (NULL, as a
+-- pglock of an older version sends none) is none.
+CREATE OR REPLACE FUNCTION {schema}.attend(
+    p_host text, p_pglock text, p_python text, p_job text, p_slot timestamptz,
+    p_ttl interval, p_won boolean, p_slot_ran boolean, p_paused boolean)
+RETURNS void
+LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+DECLARE
+    v_now timestamptz := clock_timestamp();
+    v_minute timestamptz := date_trunc('minute', clock_timestamp());
+    v_outcome text := CASE WHEN p_won THEN 'ran' WHEN p_slot_ran THEN 'slot_done'
+                           WHEN p_paused THEN 'paused' ELSE 'held' END;
+    v_gaps integer;
+    v_host record;
+BEGIN
+    IF p_host IS NULL THEN
+        RETURN;
+    END IF;
+    INSERT INTO {schema}.attendance AS a
+        (job, host, first_attempt, ttl, outcome, last_attempt, slot)
+    VALUES (p_job, p_host, v_now, p_ttl, v_outcome, v_now, p_slot)
+    ON CONFLICT (job, host) DO UPDATE SET
+        ttl = excluded.ttl, outcome = excluded.outcome, last_attempt = excluded.last_attempt,
+        slot = excluded.slot,
+        -- The seconds since the last recorded attempt, the newest last (5 kept); not for
+        -- a win recorded in the minute of its own earlier try.
+        gaps = CASE WHEN date_trunc('minute', a.last_attempt) < v_minute
+                    THEN (a.gaps || round(extract(epoch FROM v_now - a.last_attempt))::int)
+                         [greatest(1, cardinality(a.gaps) - 3):]
+                    ELSE a.gaps END
+    WHERE date_trunc('minute', a.last_attempt) < v_minute OR (p_won AND a.outcome <> 'ran')
+    RETURNING cardinality(a.gaps) INTO v_gaps;
+    IF v_gaps IS NULL THEN
+        -- Recorded already this minute.
+        RETURN;
+    END IF;
+    SELECT h.version, h.python, p_job = ANY(h.jobs) AS attends INTO v_host
+    FROM {schema}.hosts h WHERE h.host = p_host;
+    IF NOT FOUND THEN
+        INSERT INTO {schema}.hosts (host, first_seen, version, python)
+        VALUES (p_host, v_now, p_pglock, p_python) ON CONFLICT (host) DO NOTHING;
+    ELSIF (v_host.version, v_host.python) IS DISTINCT FROM (p_pglock, p_python)
+          OR (v_gaps > 0 AND NOT v_host.attends) THEN
+        UPDATE {schema}.hosts SET version = p_pglock, python = p_python,
+            jobs = CASE WHEN v_gaps > 0 AND NOT p_job = ANY(jobs) THEN jobs || p_job
+                        ELSE jobs END
+        WHERE host = p_host;
+    END IF;
+END
+$$;
+
+-- takeable: whether a contender may take the job's lock row over, by the rules of
+-- docs/lease.md, the wait after a promotion aside: the row has expired, or is the
+-- caller's own (an acquire sent again), or (advisory) its holder provably lost its
+-- session and has stopped its command, or it is released and in its hold for a contender
+-- that waited for this holder (or an earlier one) or a deliberate rerun. acquire's
+-- takeover, and its telling whether the wait alone refused one.
+CREATE OR REPLACE FUNCTION {schema}.takeable(
+    l {schema}.locks, p_holder_id text, p_mode text, p_incarnation text, p_rerun boolean,
+    p_handover_from bigint)
+RETURNS boolean
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT l.expires_at <= clock_timestamp() OR l.holder_id = p_holder_id
+        -- Holding the advisory lock proves an unreleased advisory row's holder has lost
+        -- its session, on the server (and in the life of its lock table) that granted
+        -- and last confirmed it; the row is taken once that holder has stopped its
+        -- command too (stops_by: docs/advisory.md, "The lock-delay"). Stamped by any
+        -- other server, the row is a lease: its holder may be alive, reconnecting to
+        -- take its session lock back (retake).
+        OR (p_mode = 'advisory' AND l.mode = 'advisory' AND l.cleared_at IS NULL
+            AND l.released_at IS NULL AND l.incarnation = p_incarnation
+            AND coalesce(l.stops_by, l.expires_at) <= clock_timestamp())
+        -- Released but in its hold: only a handover to a contender that waited for this
+        -- holder (or an earlier one), or a deliberate rerun.
+        OR (l.released_at IS NOT NULL AND (p_rerun OR l.fencing_token >= p_handover_from))
+$$;
+
+-- seat_takeable: takeable, for a semaphore's seat (any waiter may take a seat in its hold).
+CREATE OR REPLACE FUNCTION {schema}.seat_takeable(
+    s {schema}.seats, p_holder_id text, p_rerun boolean, p_handover_from bigint)
+RETURNS boolean
+LANGUAGE sql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT s.expires_at <= clock_timestamp() OR s.holder_id = p_holder_id
+        OR (s.released_at IS NOT NULL AND (p_rerun OR p_handover_from IS NOT NULL))
+$$;
+
+-- take: an advisory contender's first statement (a loser sends no other): the job's
+-- session lock, tried without waiting, on the caller's session, which must then stay
+-- the holder's own. Session locks stack: one this session holds already (a holder's own
+-- statement sent again) is not taken twice. A holder stopped or cut off past its
+-- horizon, whose session lives on, is ended first (evict), so that its job is taken over
+-- (version 9). A loser records its host's attempt in the census (attend), as acquire
+-- does. It acts only when the caller's version is the schema's (as acquire).
+CREATE OR REPLACE FUNCTION {schema}.take(
+    p_version integer, p_job text, p_slot timestamptz, p_ttl interval, p_host text,
+    p_pglock text, p_python text)
+RETURNS TABLE (schema_version integer, taken boolean, session_pid integer)
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+BEGIN
+    SELECT value::integer INTO schema_version FROM {schema}.meta WHERE key = 'version';
+    session_pid := pg_backend_pid();
+    taken := false;
+    IF schema_version IS DISTINCT FROM p_version THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    -- Nested: the order matters (an expression's parts may be evaluated in any order).
+    taken := {schema}.session_holds(p_job);
+    IF NOT taken THEN
+        taken := pg_try_advisory_lock({schema}.advisory_key(p_job));
+        IF NOT taken THEN
+            IF {schema}.evict(p_job) THEN
+                taken := pg_try_advisory_lock({schema}.advisory_key(p_job));
+            END IF;
+        END IF;
+        IF NOT taken THEN
+            -- The census: a loser to another session's lock sends no other statement.
+            PERFORM {schema}.attend(p_host, p_pglock, p_python, p_job, p_slot, p_ttl,
+                                    false, false, false);
+        END IF;
+    END IF;
+    RETURN NEXT;
+END
+$$;
+
 -- acquire: take the job's lock, or with p_limit > 1 the lowest free of its seats, and
 -- record the run's start.
 -- The rules of docs/lease.md ("Semaphores" for the seats); when taken and p_command is
 -- not NULL, the run is recorded as started: one statement for a winner, and for a loser,
 -- which learns why it lost and whom it waits for. A slot that is done is done even after
 -- its last run released the lock; a paused job (or every job paused, the empty name) is
--- skipped. In advisory mode the caller's session must hold the job's session lock, which
--- proves an unreleased advisory row's holder gone. It acts only when the caller's version
--- is the schema's: an older pglock asks for an upgrade, a newer schema refuses an older
--- pglock (it returns the version alone).
+-- skipped. In advisory mode the caller's session must hold the job's session lock
+-- (take), which proves an unreleased advisory row's holder gone. It acts only when the
+-- caller's version is the schema's: an older pglock asks for an upgrade, a newer schema
+-- refuses an older pglock (it returns the version alone).
 -- Schedules, round two (docs/schedules.md): a final loser of a slot (p_final: it will not
 -- try again) that finds the lock held by a run of an older slot counts the slot as
 -- skipped while running, once per slot however many hosts lose it (was_running says so
@@ -268,34 +464,58 @@ $$;
 -- which have no run yet since the job's last slot (missed_slots) and that slot
 -- (prior_slot); it then records no start of its own slot, whose run comes after them.
 -- Slots that went by while the job was paused are not caught up.
+-- After a promotion (version 9, docs/ha.md): a loser refused by the wait alone (the row,
+-- or its absence, would be taken but for it) learns how long the wait has left
+-- (promotion_wait), so that a trigger can wait for it and try once more (p_late then
+-- says so on its run). A traced run's trace and span ids (version 9) go on the start it
+-- records.
+-- The census (version 9): every caller of this version, winner or loser, records its
+-- host's attempt (attend), named by p_host, with its pglock and Python versions (an
+-- advisory loser, in take).
 CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_version integer, p_job text, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_ttl interval, p_slot timestamptz, p_handover_from bigint,
     p_rerun boolean, p_command text, p_schedule text, p_timezone text,
     p_next_slot timestamptz, p_grace interval, p_retries integer, p_attempt integer,
-    p_limit integer, p_final boolean, p_backlog timestamptz[], p_windows text[])
+    p_limit integer, p_final boolean, p_backlog timestamptz[], p_windows text[],
+    p_late text, p_trace_id text, p_span_id text, p_host text, p_pglock text,
+    p_python text)
 RETURNS TABLE (schema_version integer, session_held boolean, slot_ran boolean,
                is_paused boolean, token bigint, first_handover bigint, held_by text,
                run_id bigint, run_started_at timestamptz, run_attempt integer,
                run_attempt_limit integer, seat integer, was_running boolean,
-               missed_slots timestamptz[], prior_slot timestamptz)
+               missed_slots timestamptz[], prior_slot timestamptz,
+               promotion_wait interval)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
     v_version integer;
     v_held boolean := p_mode = 'lease';
+    v_tried boolean := false;
     v_seat integer;
     v_own integer;
     v_incarnation text;
     v_timeline record;
-    -- A job (or seat) with no row waits out a promotion's window too (docs/ha.md).
+    -- A job (or seat) with no row waits out a promotion's window too (docs/ha.md), for
+    -- the longest ttl the newest earlier timeline granted, or the contender's own.
+    v_no_row_ttl interval;
     v_no_row_waits boolean;
+    v_wait_until timestamptz;
 BEGIN
     SELECT value::integer INTO v_version FROM {schema}.meta WHERE key = 'version';
     schema_version := v_version;
     IF v_version IS DISTINCT FROM p_version THEN
         RETURN NEXT;
         RETURN;
+    END IF;
+    -- A slot more than a minute ahead of this server's clock (lease.AHEAD_ALLOWED): the
+    -- caller's clock runs fast, and the slot's time has not come. Nothing is taken nor
+    -- recorded (a recorded start would spend the slot before its time): the caller says
+    -- so, and the slot's own trigger runs it (docs/schedules.md, "The slot").
+    IF p_slot > clock_timestamp() + interval '60 seconds' THEN
+        RAISE EXCEPTION 'slot % is ahead of the database''s clock', p_slot
+            USING ERRCODE = 'PGL01',
+                  DETAIL = extract(epoch FROM p_slot - clock_timestamp())::text;
     END IF;
     IF p_mode = 'advisory' THEN
         v_held := {schema}.session_holds(p_job);
@@ -309,13 +529,15 @@ BEGIN
     PERFORM set_config('synchronous_commit', 'on', true);
     -- After a promotion (docs/ha.md, "Asynchronous replication"): a row last written
     -- under an older timeline may hide a holder whose writes the old primary lost, so it
-    -- is taken by nobody else until the larger ttl has passed since this timeline was
-    -- first seen; that holder stops at its next renewal, before. A job with no row waits
-    -- as long (a lost first acquisition leaves none), unless the schema never saw a
-    -- promotion. On the first timeline, and after a restart, nothing waits.
+    -- is taken by nobody, its own holder included, until the longest ttl granted for it
+    -- (or the contender's, if longer) has passed since this timeline was first seen;
+    -- that holder stops by then. A job with no row waits as long (a lost first
+    -- acquisition leaves none), unless the schema never saw a promotion. On the first
+    -- timeline, and after a restart, nothing waits.
     SELECT * INTO v_timeline FROM {schema}.sighting();
+    v_no_row_ttl := greatest(p_ttl, v_timeline.prior_longest_ttl);
     v_no_row_waits := v_timeline.promoted
-                      AND clock_timestamp() < v_timeline.first_seen + p_ttl;
+                      AND clock_timestamp() < v_timeline.first_seen + v_no_row_ttl;
     -- A run without an attempt number is an older pglock's: for those, one run per slot.
     slot_ran := p_slot IS NOT NULL AND (
         EXISTS (SELECT 1 FROM {schema}.slots WHERE job = p_job AND slot = p_slot
@@ -331,6 +553,7 @@ BEGIN
         -- Contenders try the seats in the same order, so they queue on a row each.
         IF NOT EXISTS (SELECT 1 FROM {schema}.locks WHERE job = p_job
                        AND expires_at > clock_timestamp()) THEN
+            v_tried := true;
             -- A claim that holds a seat already (a resent statement) keeps that one.
             SELECT s.seat INTO v_own FROM {schema}.seats s
             WHERE s.job = p_job AND s.holder_id = p_holder_id AND s.cleared_at IS NULL
@@ -339,11 +562,12 @@ BEGIN
                           WHERE v_own IS NULL OR g = v_own ORDER BY g LOOP
                 INSERT INTO {schema}.seats AS s
                     (job, seat, seat_limit, mode, holder, holder_pid, holder_id,
-                     fencing_token, ttl, acquired_at, renewed_at, expires_at, timeline)
+                     fencing_token, ttl, acquired_at, renewed_at, expires_at, timeline,
+                     longest_ttl)
                 SELECT p_job, v_seat, p_limit, p_mode, p_holder, p_holder_pid,
                        p_holder_id, {schema}.next_token(NULL, v_timeline.timeline), p_ttl,
                        clock_timestamp(), clock_timestamp(), clock_timestamp() + p_ttl,
-                       v_timeline.timeline
+                       v_timeline.timeline, p_ttl
                 WHERE NOT v_no_row_waits OR EXISTS (
                     SELECT 1 FROM {schema}.seats WHERE job = p_job AND seat = v_seat)
                 ON CONFLICT (job, seat) DO UPDATE SET
@@ -355,15 +579,15 @@ BEGIN
                     renewed_at = excluded.renewed_at, expires_at = excluded.expires_at,
                     released_at = NULL, cleared_at = NULL, cleared_by = NULL,
                     stop_requested_at = NULL, stop_requested_by = NULL,
-                    stop_reason = NULL, timeline = excluded.timeline
-                WHERE (s.expires_at <= clock_timestamp()
-                       OR s.holder_id = excluded.holder_id
-                       OR (s.released_at IS NOT NULL
-                           AND (p_rerun OR p_handover_from IS NOT NULL)))
+                    stop_reason = NULL, timeline = excluded.timeline,
+                    longest_ttl = CASE WHEN coalesce(s.timeline, 0) >= excluded.timeline
+                                       THEN greatest(s.longest_ttl, s.ttl, excluded.ttl)
+                                       ELSE excluded.ttl END
+                WHERE {schema}.seat_takeable(s, p_holder_id, p_rerun, p_handover_from)
                   -- A seat from before a promotion: as the lock below.
-                  AND ((s.holder_id = excluded.holder_id AND s.expires_at > clock_timestamp())
-                       OR coalesce(s.timeline, 0) >= excluded.timeline
-                       OR clock_timestamp() >= v_timeline.first_seen + greatest(s.ttl, p_ttl))
+                  AND (coalesce(s.timeline, v_timeline.first_timeline) >= excluded.timeline
+                       OR clock_timestamp() >= v_timeline.first_seen
+                                               + greatest(s.longest_ttl, s.ttl, p_ttl))
                 RETURNING s.fencing_token INTO token;
                 IF token IS NOT NULL THEN
                     seat := v_seat;
@@ -372,11 +596,30 @@ BEGIN
             END LOOP;
         END IF;
         IF token IS NULL THEN
+            PERFORM {schema}.attend(p_host, p_pglock, p_python, p_job, p_slot, p_ttl,
+                                    false, false, false);
             -- Any value lets a waiter take a seat in its hold on its next try.
             first_handover := 0;
             SELECT string_agg(s.holder, ', ' ORDER BY s.seat) INTO held_by
             FROM {schema}.seats s
             WHERE s.job = p_job AND s.expires_at > clock_timestamp();
+            IF v_tried THEN
+                -- The first seat free but for the wait (none: all held).
+                SELECT min(CASE WHEN s.seat IS NULL AND v_no_row_waits
+                                THEN v_timeline.first_seen + v_no_row_ttl
+                                WHEN coalesce(s.timeline, v_timeline.first_timeline)
+                                     < v_timeline.timeline
+                                 AND {schema}.seat_takeable(s, p_holder_id, p_rerun,
+                                                            p_handover_from)
+                                THEN v_timeline.first_seen
+                                     + greatest(s.longest_ttl, s.ttl, p_ttl) END)
+                INTO v_wait_until
+                FROM generate_series(1, p_limit) g
+                LEFT JOIN {schema}.seats s ON s.job = p_job AND s.seat = g;
+                IF v_wait_until > clock_timestamp() THEN
+                    promotion_wait := v_wait_until - clock_timestamp();
+                END IF;
+            END IF;
             RETURN NEXT;
             RETURN;
         END IF;
@@ -384,17 +627,19 @@ BEGIN
           -- A semaphore's seats held: a plain run of the job waits for them.
           AND NOT EXISTS (SELECT 1 FROM {schema}.seats WHERE job = p_job
                            AND expires_at > clock_timestamp()) THEN
+        v_tried := true;
         INSERT INTO {schema}.locks AS l
             (job, mode, holder, holder_pid, holder_id, fencing_token, ttl,
              acquired_at, renewed_at, expires_at, backend_pid, incarnation, timeline,
-             stops_by)
+             stops_by, longest_ttl)
         SELECT p_job, p_mode, p_holder, p_holder_pid, p_holder_id,
                {schema}.next_token(NULL, v_timeline.timeline), p_ttl,
                clock_timestamp(), clock_timestamp(), clock_timestamp() + p_ttl,
                CASE WHEN p_mode = 'advisory' THEN pg_backend_pid() END, v_incarnation,
                v_timeline.timeline,
                CASE WHEN p_mode = 'advisory'
-                    THEN clock_timestamp() + {schema}.advisory_horizon(p_ttl) END
+                    THEN clock_timestamp() + {schema}.advisory_horizon(p_ttl) END,
+               p_ttl
         WHERE NOT v_no_row_waits OR EXISTS (SELECT 1 FROM {schema}.locks WHERE job = p_job)
         ON CONFLICT (job) DO UPDATE SET
             mode = excluded.mode, holder = excluded.holder, holder_pid = excluded.holder_pid,
@@ -405,37 +650,49 @@ BEGIN
             released_at = NULL, backend_pid = excluded.backend_pid,
             incarnation = excluded.incarnation, cleared_at = NULL, cleared_by = NULL,
             stop_requested_at = NULL, stop_requested_by = NULL, stop_reason = NULL,
-            timeline = excluded.timeline, stops_by = excluded.stops_by
-        WHERE (l.expires_at <= clock_timestamp() OR l.holder_id = excluded.holder_id
-               -- Holding the advisory lock proves an unreleased advisory row's holder has
-               -- lost its session, on the server (and in the life of its lock table) that
-               -- granted and last confirmed it; the row is taken once that holder has
-               -- stopped its command too (stops_by: docs/advisory.md, "The
-               -- lock-delay"). Stamped by any other server, the row is a lease: its
-               -- holder may be alive, reconnecting to take its session lock back (retake).
-               OR (p_mode = 'advisory' AND l.mode = 'advisory' AND l.cleared_at IS NULL
-                   AND l.released_at IS NULL AND l.incarnation = v_incarnation
-                   AND coalesce(l.stops_by, l.expires_at) <= clock_timestamp())
-               -- Released but in its hold: only a handover to a contender that waited for
-               -- this holder (or an earlier one), or a deliberate rerun.
-               OR (l.released_at IS NOT NULL
-                   AND (p_rerun OR l.fencing_token >= p_handover_from)))
-          -- Last written under an older timeline: nobody else before the window's end,
-          -- and its own holder (an acquire sent again after a cut) only while it has not
-          -- expired: an expired row may hide a takeover the old primary lost, whose holder
-          -- still runs (found by the model: docs/model.md, mutant RESEND_ANYTIME).
-          AND ((l.holder_id = excluded.holder_id AND l.expires_at > clock_timestamp())
-               OR coalesce(l.timeline, 0) >= excluded.timeline
-               OR clock_timestamp() >= v_timeline.first_seen + greatest(l.ttl, p_ttl))
+            timeline = excluded.timeline, stops_by = excluded.stops_by,
+            -- The longest ttl granted on the row's timeline: what the next promotion waits.
+            longest_ttl = CASE WHEN coalesce(l.timeline, 0) >= excluded.timeline
+                               THEN greatest(l.longest_ttl, l.ttl, excluded.ttl)
+                               ELSE excluded.ttl END
+        WHERE {schema}.takeable(l, p_holder_id, p_mode, v_incarnation, p_rerun,
+                                p_handover_from)
+          -- Last written under an older timeline: nobody before the window's end, its own
+          -- holder (an acquire sent again after a cut) neither: whatever its expiry says,
+          -- the old primary may have let another host take it over in a write lost with
+          -- it, and an old timestamp read on a new clock proves nothing (found by the
+          -- model: docs/model.md, mutants RESEND_ANYTIME and RESEND_UNEXPIRED). A row
+          -- with no timeline (written by a pglock older than version 7 through an
+          -- upgrade) is of the schema's first one.
+          AND (coalesce(l.timeline, v_timeline.first_timeline) >= excluded.timeline
+               OR clock_timestamp() >= v_timeline.first_seen
+                                       + greatest(l.longest_ttl, l.ttl, p_ttl))
         RETURNING l.fencing_token INTO token;
     END IF;
+    -- The census: who attempted, and how it came out (a won seat comes here too).
+    PERFORM {schema}.attend(p_host, p_pglock, p_python, p_job, p_slot, p_ttl,
+                            token IS NOT NULL, slot_ran, is_paused);
     IF token IS NULL THEN
         -- The first holder a contender that starts waiting now may take over from at its
         -- release: the one running, or (released, in its hold) whoever takes it next.
-        SELECT CASE WHEN released_at IS NULL THEN fencing_token ELSE fencing_token + 1 END,
-               CASE WHEN expires_at > clock_timestamp() THEN holder END
-        INTO first_handover, held_by
-        FROM {schema}.locks WHERE job = p_job;
+        SELECT CASE WHEN l.released_at IS NULL THEN l.fencing_token
+                    ELSE l.fencing_token + 1 END,
+               CASE WHEN l.expires_at > clock_timestamp() THEN l.holder END,
+               -- Free but for the wait after a promotion: when the wait ends.
+               CASE WHEN v_tried AND p_limit <= 1
+                         AND coalesce(l.timeline, v_timeline.first_timeline)
+                             < v_timeline.timeline
+                         AND {schema}.takeable(l, p_holder_id, p_mode, v_incarnation, p_rerun,
+                                               p_handover_from)
+                    THEN v_timeline.first_seen + greatest(l.longest_ttl, l.ttl, p_ttl) END
+        INTO first_handover, held_by, v_wait_until
+        FROM {schema}.locks l WHERE l.job = p_job;
+        IF NOT FOUND AND v_tried AND p_limit <= 1 AND v_no_row_waits THEN
+            v_wait_until := v_timeline.first_seen + v_no_row_ttl;
+        END IF;
+        IF v_wait_until > clock_timestamp() THEN
+            promotion_wait := v_wait_until - clock_timestamp();
+        END IF;
         IF p_slot IS NOT NULL AND NOT slot_ran AND NOT is_paused AND held_by IS NOT NULL THEN
             -- Held by a run of an older slot (or its retries): this slot is skipped while
             -- running. Counted by the first final loser only (the others find the slot
@@ -457,6 +714,9 @@ BEGIN
         END IF;
         RETURN NEXT;
         RETURN;
+    END IF;
+    IF v_timeline.longest_ttl IS NULL OR v_timeline.longest_ttl < p_ttl THEN
+        PERFORM {schema}.granted(v_timeline.timeline, p_ttl);
     END IF;
     IF p_backlog IS NOT NULL THEN
         -- Only against the same schedule: a new expression starts afresh.
@@ -490,7 +750,8 @@ BEGIN
         INTO run_id, run_started_at, run_attempt, run_attempt_limit
         FROM {schema}.record_start(p_job, p_slot, p_mode, p_holder, p_holder_pid,
                                    p_holder_id, token, p_command, p_schedule, p_timezone,
-                                   p_next_slot, p_grace, p_retries, p_attempt) s;
+                                   p_next_slot, p_grace, p_retries, p_attempt, p_late,
+                                   p_trace_id, p_span_id) s;
     END IF;
     IF p_slot IS NOT NULL THEN
         -- The job's windows as this run gives them (status reads them); written only when
@@ -514,7 +775,8 @@ LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 BEGIN
     PERFORM 1 FROM {schema}.locks
     WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp();
+      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp()
+      AND {schema}.keeps(timeline, expires_at, stops_by);
     IF NOT FOUND THEN
         RETURN false;
     END IF;
@@ -537,11 +799,12 @@ $$;
 -- returns the start that committed unseen: a run of the caller's claim and of this
 -- attempt still running is that one (each earlier attempt's end was recorded before it),
 -- which a second start record would mark abandoned, spending one of the slot's attempts
--- on nothing.
+-- on nothing. A traced run's trace and span ids (version 9) go on the start.
 CREATE OR REPLACE FUNCTION {schema}.start_run(
     p_job text, p_holder_id text, p_fencing_token bigint, p_command text,
     p_slot timestamptz, p_schedule text, p_timezone text, p_next_slot timestamptz,
-    p_grace interval, p_retries integer, p_attempt integer)
+    p_grace interval, p_retries integer, p_attempt integer, p_trace_id text,
+    p_span_id text)
 RETURNS TABLE (run_id bigint, started_at timestamptz, attempt integer, attempt_limit integer)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -550,12 +813,13 @@ DECLARE
 BEGIN
     SELECT mode, holder, holder_pid INTO v_lock FROM {schema}.locks
     WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp();
+      AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp()
+      AND {schema}.keeps(timeline, expires_at, stops_by);
     IF NOT FOUND THEN
         SELECT mode, holder, holder_pid INTO v_lock FROM {schema}.seats
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
           AND cleared_at IS NULL AND released_at IS NULL
-          AND expires_at > clock_timestamp();
+          AND expires_at > clock_timestamp() AND {schema}.keeps(timeline, expires_at, NULL);
     END IF;
     IF NOT FOUND THEN
         RAISE EXCEPTION 'the lock of this job is no longer held by this run'
@@ -576,19 +840,38 @@ BEGIN
     RETURN QUERY SELECT * FROM {schema}.record_start(
         p_job, p_slot, v_lock.mode, v_lock.holder, v_lock.holder_pid, p_holder_id,
         p_fencing_token, p_command, p_schedule, p_timezone, p_next_slot, p_grace,
-        p_retries, p_attempt);
+        p_retries, p_attempt, NULL, p_trace_id, p_span_id);
 END
+$$;
+
+-- start_run as version 8 called it, for a pglock of that version whose run goes on
+-- through the upgrade to 9: its starts carry no trace.
+CREATE OR REPLACE FUNCTION {schema}.start_run(
+    p_job text, p_holder_id text, p_fencing_token bigint, p_command text,
+    p_slot timestamptz, p_schedule text, p_timezone text, p_next_slot timestamptz,
+    p_grace interval, p_retries integer, p_attempt integer)
+RETURNS TABLE (run_id bigint, started_at timestamptz, attempt integer, attempt_limit integer)
+LANGUAGE sql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+    SELECT * FROM {schema}.start_run(p_job, p_holder_id, p_fencing_token, p_command, p_slot,
+                                     p_schedule, p_timezone, p_next_slot, p_grace, p_retries,
+                                     p_attempt, NULL::text, NULL::text)
 $$;
 
 -- renew: push the expiry out by the ttl while the lock or seat is still the caller's.
 -- Only while the row still carries the caller's claim and has not been cleared (in
--- advisory mode, only while this very session holds the session lock); says whether an
--- operator asked for the command to stop (`pglock stop`).
+-- advisory mode, only while this very session holds the session lock), and, last written
+-- under an older timeline, only while no takeover can have been lost with the old
+-- primary (keeps); says whether an operator asked for the command to stop (`pglock
+-- stop`). The row keeps the timeline it has (version 9): only an acquisition stamps one,
+-- so the wait after a promotion covers a row whose holder carried on, and the first
+-- renewal on a new timeline records its sighting.
 CREATE OR REPLACE FUNCTION {schema}.renew(
     p_job text, p_holder_id text, p_fencing_token bigint, p_advisory boolean)
 RETURNS TABLE (held boolean, renewed boolean, expires timestamptz, stop boolean, why text)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
+DECLARE
+    v_timeline bigint;
 BEGIN
     held := NOT p_advisory OR {schema}.session_holds(p_job);
     renewed := false;
@@ -600,27 +883,28 @@ BEGIN
         SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
             incarnation = CASE WHEN p_advisory THEN {schema}.incarnation()
                                ELSE incarnation END,
-            timeline = {schema}.restamp(timeline, expires_at),
             stops_by = CASE WHEN p_advisory
                             THEN clock_timestamp() + {schema}.advisory_horizon(ttl) END
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-          AND cleared_at IS NULL
+          AND cleared_at IS NULL AND {schema}.keeps(timeline, expires_at, stops_by)
         RETURNING expires_at, stop_requested_at IS NOT NULL,
                   coalesce(stop_reason, 'no reason given') || ' (by ' || stop_requested_by
-                  || ')'
-        INTO expires, stop, why;
+                  || ')', timeline
+        INTO expires, stop, why, v_timeline;
         renewed := FOUND;
         IF NOT renewed THEN
             UPDATE {schema}.seats
-            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
-                timeline = {schema}.restamp(timeline, expires_at)
+            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
             WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-              AND cleared_at IS NULL
+              AND cleared_at IS NULL AND {schema}.keeps(timeline, expires_at, NULL)
             RETURNING expires_at, stop_requested_at IS NOT NULL,
                       coalesce(stop_reason, 'no reason given') || ' (by ' || stop_requested_by
-                      || ')'
-            INTO expires, stop, why;
+                      || ')', timeline
+            INTO expires, stop, why, v_timeline;
             renewed := FOUND;
+        END IF;
+        IF renewed AND coalesce(v_timeline, 0) < {schema}.timeline() THEN
+            PERFORM {schema}.sighting();
         END IF;
         stop := coalesce(stop, false);
     END IF;
@@ -674,21 +958,27 @@ RETURNS boolean
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_ours boolean;
+    v_timeline bigint;
 BEGIN
     PERFORM set_config('synchronous_commit', 'on', true);
     UPDATE {schema}.locks
     SET expires_at = greatest(clock_timestamp(), acquired_at + p_min_hold),
-        released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
+        released_at = clock_timestamp()
     WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-      AND cleared_at IS NULL;
+      AND cleared_at IS NULL
+    RETURNING timeline INTO v_timeline;
     v_ours := FOUND;
     IF NOT v_ours THEN
         UPDATE {schema}.seats
         SET expires_at = greatest(clock_timestamp(), acquired_at + p_min_hold),
-            released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
+            released_at = clock_timestamp()
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-          AND cleared_at IS NULL;
+          AND cleared_at IS NULL
+        RETURNING timeline INTO v_timeline;
         v_ours := FOUND;
+    END IF;
+    IF v_ours AND coalesce(v_timeline, 0) < {schema}.timeline() THEN
+        PERFORM {schema}.sighting();
     END IF;
     IF v_ours AND p_close_slot IS NOT NULL THEN
         UPDATE {schema}.slots SET closed_at = clock_timestamp()
@@ -701,7 +991,9 @@ $$;
 -- finish: the end of a run and the release of its lock or seat, in one transaction.
 -- Nobody sees the lock free before the run has ended. With p_keep, the lock is renewed
 -- for the next attempt instead, unless an operator asked for a stop (then it goes at once
--- and the slot closes). A release that finds the lock no longer the caller's records the
+-- and the slot closes), or the row, last written under an older timeline, is past the
+-- moment its holder stops by (keeps: then it is released, and the retry is left to the
+-- next trigger). A release that finds the lock no longer the caller's records the
 -- run as lock_lost. A run marked abandoned by a takeover may still finish and tell the
 -- truth; its abandoned count is then taken back. Only the newest finished run sets the
 -- summary's last_*. It returns the job's last outcome as it was before, so a recovery is
@@ -723,6 +1015,7 @@ DECLARE
     v_closes boolean := p_closes;
     v_hopeless boolean := p_hopeless;
     v_error_line text := p_error_line;
+    v_timeline bigint;
     -- The duration histogram's bounds (seconds; migration 006).
     v_bounds float8[] := (SELECT value::float8[] FROM {schema}.meta
                           WHERE key = 'duration_bounds');
@@ -732,46 +1025,50 @@ BEGIN
     IF p_keep THEN
         UPDATE {schema}.locks
         SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
-            timeline = {schema}.restamp(timeline, expires_at),
             stops_by = CASE WHEN mode = 'advisory'
                             THEN clock_timestamp() + {schema}.advisory_horizon(ttl) END
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-          AND cleared_at IS NULL
-        RETURNING stop_requested_at IS NOT NULL INTO v_stop;
+          AND cleared_at IS NULL AND {schema}.keeps(timeline, expires_at, stops_by)
+        RETURNING stop_requested_at IS NOT NULL, timeline INTO v_stop, v_timeline;
         ours := FOUND;
         IF NOT ours THEN
             UPDATE {schema}.seats
-            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl,
-                timeline = {schema}.restamp(timeline, expires_at)
+            SET renewed_at = clock_timestamp(), expires_at = clock_timestamp() + ttl
             WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-              AND cleared_at IS NULL
-            RETURNING stop_requested_at IS NOT NULL INTO v_stop;
+              AND cleared_at IS NULL AND {schema}.keeps(timeline, expires_at, NULL)
+            RETURNING stop_requested_at IS NOT NULL, timeline INTO v_stop, v_timeline;
             ours := FOUND;
         END IF;
         kept := ours AND NOT v_stop;
     END IF;
-    IF NOT p_keep OR v_stop THEN
+    -- Not kept: released (a row past keeps() too, which is still the caller's).
+    IF NOT kept THEN
         UPDATE {schema}.locks
         SET expires_at = greatest(clock_timestamp(),
                                   acquired_at + CASE WHEN v_stop THEN interval '0'
                                                      ELSE p_min_hold END),
-            released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
+            released_at = clock_timestamp()
         WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-          AND cleared_at IS NULL;
+          AND cleared_at IS NULL
+        RETURNING timeline INTO v_timeline;
         ours := FOUND;
         IF NOT ours THEN
             UPDATE {schema}.seats
             SET expires_at = greatest(clock_timestamp(),
                                       acquired_at + CASE WHEN v_stop THEN interval '0'
                                                          ELSE p_min_hold END),
-                released_at = clock_timestamp(), timeline = {schema}.restamp(timeline, expires_at)
+                released_at = clock_timestamp()
             WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
-              AND cleared_at IS NULL;
+              AND cleared_at IS NULL
+            RETURNING timeline INTO v_timeline;
             ours := FOUND;
         END IF;
         IF v_stop THEN
             v_closes := true;
         END IF;
+    END IF;
+    IF ours AND coalesce(v_timeline, 0) < {schema}.timeline() THEN
+        PERFORM {schema}.sighting();
     END IF;
     IF NOT ours AND p_outcome <> 'lock_lost' THEN
         v_outcome := 'lock_lost';
@@ -868,6 +1165,32 @@ BEGIN
 END
 $$;
 
+-- missed: a scheduled slot that a trigger gave up without a run, and why (version 9:
+-- 'promotion_wait', the wait after a promotion would have ended past --deadline). The
+-- slot's row, opened with no attempt, says so to history and the dashboard, and the job's
+-- summary counts it (once per slot, however many hosts give it up); a catch-up may still
+-- run it. Nothing is written for a slot that has an attempt or a reason already.
+CREATE OR REPLACE FUNCTION {schema}.missed(
+    p_job text, p_slot timestamptz, p_reason text, p_retries integer)
+RETURNS boolean
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+BEGIN
+    PERFORM set_config('synchronous_commit', 'on', true);
+    INSERT INTO {schema}.slots AS s (job, slot, attempts, attempt_limit, retries, missed_reason)
+    VALUES (p_job, p_slot, 0, 1 + p_retries, p_retries, p_reason)
+    ON CONFLICT (job, slot) DO UPDATE SET missed_reason = excluded.missed_reason
+    WHERE s.attempts = 0 AND s.missed_reason IS NULL;
+    IF NOT FOUND THEN
+        RETURN false;
+    END IF;
+    UPDATE {schema}.jobs SET
+        promotion_missed = coalesce(promotion_missed, 0) + 1,
+        promotion_missed_slot = greatest(promotion_missed_slot, p_slot)
+    WHERE job = p_job;
+    RETURN true;
+END
+$$;
+
 -- note: what happened after the end was recorded (a failed hook), added to its error.
 CREATE OR REPLACE FUNCTION {schema}.note(p_run_id bigint, p_holder_id text, p_note text)
 RETURNS boolean
@@ -890,11 +1213,13 @@ LANGUAGE sql STABLE SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
     SELECT EXISTS (SELECT 1 FROM {schema}.locks
                    WHERE job = p_job AND holder_id = p_holder_id
                      AND fencing_token = p_fencing_token AND cleared_at IS NULL
-                     AND released_at IS NULL AND expires_at > clock_timestamp())
+                     AND released_at IS NULL AND expires_at > clock_timestamp()
+                     AND {schema}.keeps(timeline, expires_at, stops_by))
         OR EXISTS (SELECT 1 FROM {schema}.seats
                    WHERE job = p_job AND holder_id = p_holder_id
                      AND fencing_token = p_fencing_token AND cleared_at IS NULL
-                     AND released_at IS NULL AND expires_at > clock_timestamp())
+                     AND released_at IS NULL AND expires_at > clock_timestamp()
+                     AND {schema}.keeps(timeline, expires_at, NULL))
 $$;
 
 -- note_windows: the job's --window list, recorded by a trigger that skips inside one (as
@@ -921,6 +1246,7 @@ BEGIN
     PERFORM 1 FROM {schema}.locks
     WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
       AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp()
+      AND {schema}.keeps(timeline, expires_at, stops_by)
     FOR SHARE;
     IF FOUND THEN
         RETURN true;
@@ -928,6 +1254,7 @@ BEGIN
     PERFORM 1 FROM {schema}.seats
     WHERE job = p_job AND holder_id = p_holder_id AND fencing_token = p_fencing_token
       AND cleared_at IS NULL AND released_at IS NULL AND expires_at > clock_timestamp()
+      AND {schema}.keeps(timeline, expires_at, NULL)
     FOR SHARE;
     RETURN FOUND;
 END
@@ -938,18 +1265,27 @@ $$;
 -- anew is covered.)
 REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text),
     {schema}.record_start(text, timestamptz, text, text, integer, text, bigint, text, text,
-                          text, timestamptz, interval, integer, integer),
+                          text, timestamptz, interval, integer, integer, text, text, text),
     {schema}.acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint,
                      boolean, text, text, text, timestamptz, interval, integer, integer,
-                     integer, boolean, timestamptz[], text[]),
+                     integer, boolean, timestamptz[], text[], text, text, text, text, text,
+                     text),
+    {schema}.attend(text, text, text, text, timestamptz, interval, boolean, boolean,
+                    boolean),
     {schema}.catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz),
     {schema}.start_run(text, text, bigint, text, timestamptz, text, text, timestamptz,
                        interval, integer, integer),
+    {schema}.start_run(text, text, bigint, text, timestamptz, text, text, timestamptz,
+                       interval, integer, integer, text, text),
     {schema}.renew(text, text, bigint, boolean),
     {schema}.retake(text, text, bigint),
     {schema}.incarnation(), {schema}.timeline(), {schema}.sighting(),
     {schema}.next_token(bigint, bigint), {schema}.advisory_horizon(interval),
-    {schema}.restamp(bigint, timestamptz),
+    {schema}.granted(bigint, interval), {schema}.keeps(bigint, timestamptz, timestamptz),
+    {schema}.evict(text), {schema}.missed(text, timestamptz, text, integer),
+    {schema}.take(integer, text, timestamptz, interval, text, text, text),
+    {schema}.takeable({schema}.locks, text, text, text, boolean, bigint),
+    {schema}.seat_takeable({schema}.seats, text, boolean, bigint),
     {schema}.release(text, text, bigint, interval, timestamptz),
     {schema}.finish(bigint, text, text, bigint, interval, boolean, interval, integer, integer,
                     text, text, bytea, boolean, boolean, text, text, text, text),

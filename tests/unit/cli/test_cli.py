@@ -304,12 +304,56 @@ def test_verbose_adds_the_traceback_before_the_line(pglock_cli: Pglock) -> None:
 def test_variables_are_read_like_options(pglock_cli: Pglock,
                                          monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PGLOCK_MODE", "sideways")
+    # A value from a variable is named by the variable, which is what to fix (D17).
     assert pglock_cli(*RUN, "--", "true").err == (
-        "pglock: --mode: 'sideways' is not one of lease, advisory\n")
+        "pglock: PGLOCK_MODE: 'sideways' is not one of lease, advisory\n")
     # The option wins over the variable.
     monkeypatch.setenv("PGLOCK_TTL", "1s")
     assert pglock_cli(*RUN, "--mode", "lease", "--ttl", "5x", "--", "true").err == (
         "pglock: --ttl: '5x' is not a duration (examples: 90, 90s, 5m, 1h30m)\n")
+
+
+@pytest.mark.parametrize(("variables", "argv", "line"), [
+    ({"PGLOCK_TTL": "bogus"}, RUN,
+     "PGLOCK_TTL: 'bogus' is not a duration (examples: 90, 90s, 5m, 1h30m)"),
+    ({"PGLOCK_TTL": "2s"}, RUN, "PGLOCK_TTL: 2s is out of range (5s to 7d)"),
+    ({"PGLOCK_WAIT": "soon"}, RUN,
+     "PGLOCK_WAIT: 'soon' is not a duration (examples: 90, 90s, 5m, 1h30m)"),
+    ({"PGLOCK_CONNECT_TIMEOUT": "1y"}, RUN,
+     "PGLOCK_CONNECT_TIMEOUT: '1y' is not a duration (examples: 90, 90s, 5m, 1h30m)"),
+    ({"PGLOCK_CONNECT_TIMEOUT": "1y"}, ("status",),
+     "PGLOCK_CONNECT_TIMEOUT: '1y' is not a duration (examples: 90, 90s, 5m, 1h30m)"),
+    ({"PGLOCK_SCHEMA": " "}, ("status",),
+     "PGLOCK_SCHEMA: ' ' is not a usable schema name (1-63 bytes, no control characters)"),
+    ({"PGLOCK_TZ": " "}, (*RUN, "--schedule", "@daily"),
+     "PGLOCK_TZ: ' ' is not a known time zone (examples: UTC, Europe/Berlin, "
+     "America/New_York)"),
+    ({"PGLOCK_SERVE_USERS": "/nonexistent"}, ("serve",),
+     "PGLOCK_SERVE_USERS: cannot read '/nonexistent': No such file or directory"),
+    # The option given on the command line is what the line names, the variable aside.
+    ({"PGLOCK_TTL": "bogus"}, (*RUN, "--ttl=4s"), "--ttl: 4s is out of range (5s to 7d)"),
+])
+def test_a_bad_value_from_a_variable_is_named_by_the_variable(
+        pglock_cli: Pglock, monkeypatch: pytest.MonkeyPatch, variables: dict[str, str],
+        argv: tuple[str, ...], line: str) -> None:
+    """`--ttl: 'bogus' is not a duration` sent an operator whose crontab has no --ttl
+    looking for one; PGLOCK_TTL=bogus in the crontab's environment was it (issue 46, D17)."""
+    for name, value in variables.items():
+        monkeypatch.setenv(name, value)
+    said = pglock_cli(*argv, "--", "true") if argv[0] == "run" else pglock_cli(*argv)
+    assert (said.code, said.out, said.err) == (2, "", f"pglock: {line}\n")
+
+
+@pytest.mark.parametrize("window", ["* * * * * 10m;", "   ", " ; ;", ";* * * * * 10m"])
+def test_blank_items_of_pglock_window_add_no_window(pglock_cli: Pglock,
+                                                    monkeypatch: pytest.MonkeyPatch,
+                                                    window: str) -> None:
+    """A trailing ';' or a blank variable was `--window: '' is not 'CRON DURATION'` on
+    every trigger (D17): only what is there is read, and the run gets to the database."""
+    monkeypatch.setenv("PGLOCK_WINDOW", window)
+    said = pglock_cli(*RUN, "--schedule", "* * * * *", "--", "true")
+    assert (said.code, said.out) == (125, ""), said
+    assert "window" not in said.err and said.err.count("\n") == 1, said
 
 
 def test_a_dsn_that_does_not_parse_never_shows_the_password(pglock_cli: Pglock) -> None:

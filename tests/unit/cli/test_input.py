@@ -38,7 +38,7 @@ DEEP = "x = " + "[" * 5000 + "]" * 5000 + "\n"
     ('dsn = "host=127.0.0.1\\u0000 dbname=nope"\n', 125, "dsn contains a NUL character"),
     ("schema = ['a']\n", 125, "schema must be a non-empty string"),
     ("dsm = 'host=db'\n", 125,
-     "unknown key 'dsm' (known: dsn, schema, embedded, embedded_linger, jobs)"),
+     "unknown key 'dsm' (known: dsn, schema, embedded, embedded_linger, jobs, host)"),
     ("embedded_linger = true\n", 125,
      'embedded_linger must be a duration ("10m") or a number of seconds'),
     # The jobs file's shape is bad input, as a bad table in it is.
@@ -61,6 +61,48 @@ def test_every_config_key_is_checked(tmp_path: Path, content: str, code: int,
     checked = invoke("check", env={"PGLOCK_CONFIG": str(path)})
     assert checked.code == 3
     assert checked.stdout.startswith("PGLOCK UNKNOWN - ") and mentions in checked.stdout
+
+
+@pytest.mark.parametrize(("content", "mentions"), [
+    ("host = ''\n", "host: the host name is empty"),
+    ("host = '  '\n", "host: the host name is empty"),
+    ("host = 5\n", "host must be a string (this host's name in the census)"),
+    ('host = "web\\u0000"\n', "host: the host name 'web^@' contains a control character"),
+    ('host = "a\\nb"\n', "host: the host name 'a^Jb' contains a control character"),
+    (f"host = '{'h' * 256}'\n", "host: the host name is 256 bytes long; the limit is 255"),
+    (f"host = '{'é' * 128}'\n", "host: the host name is 256 bytes long; the limit is 255"),
+])
+def test_the_config_files_host_is_checked_before_any_connection(
+        tmp_path: Path, content: str, mentions: str) -> None:
+    """The census's name for this host (docs/operators.md, "The census"): bad input, exit 2,
+    one line naming the file; the CLI tests' DSN does not parse, so nothing connected."""
+    path = tmp_path / "config.toml"
+    path.write_text(content)
+    called = invoke(*RUN, "--", "true", env={"PGLOCK_CONFIG": str(path)})
+    assert called.code == 2, called
+    assert one_line(called.stderr) == f"pglock: config file {path}: {mentions}\n"
+
+
+@pytest.mark.parametrize(("value", "mentions"), [
+    ("", "PGLOCK_HOST: the host name is empty"),
+    (" ", "PGLOCK_HOST: the host name is empty"),
+    ("web\x01one", "PGLOCK_HOST: the host name 'web^Aone' contains a control character"),
+    ("web\x1b[31m", "PGLOCK_HOST: the host name 'web^[[31m' contains a control character"),
+    ("web\x85", "PGLOCK_HOST: the host name 'web\\x85' contains a control character"),
+    ("h" * 256, "PGLOCK_HOST: the host name is 256 bytes long; the limit is 255"),
+])
+def test_pglock_host_is_checked_before_any_connection(value: str, mentions: str) -> None:
+    called = invoke(*RUN, "--", "true", env={"PGLOCK_HOST": value})
+    assert called.code == 2, called
+    assert one_line(called.stderr) == f"pglock: {mentions}\n"
+
+
+def test_a_host_name_of_255_bytes_passes_the_check() -> None:
+    """The limit itself is a name (and the holder's default): the run gets past validation,
+    to a server that is not there (exit 125)."""
+    called = invoke(*RUN, "--dsn", UNREACHABLE, "--", "true", env={"PGLOCK_HOST": "h" * 255})
+    assert called.code == 125, called
+    assert "host name" not in one_line(called.stderr)
 
 
 def test_an_endless_config_file_is_read_no_further_than_the_limit() -> None:

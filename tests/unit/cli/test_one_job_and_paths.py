@@ -71,6 +71,26 @@ def test_an_unusable_data_home_is_named(tmp_path: Path) -> None:
     (("run", "-j", "x", "--", "true"), {"PGLOCK_LIMIT": "x"},
      "Invalid value for '--limit' (env var: 'PGLOCK_LIMIT'): 'x' is not a valid int. "
      "(see 'pglock run --help')"),
+    # Digits of other scripts: int() reads them, no one means them (issue 46, D18).
+    *((argv, variables, f"{line} (see 'pglock {argv[0]} --help')")
+      for argv, variables, line in [
+        (("run", "-j", "x", "--retries", "\u0661", "--", "true"), {},
+         "Invalid value for '--retries': '\u0661' is not a valid int (digits 0-9)."),
+        (("run", "-j", "x", "--conflict-exit-code=\u0667\u0665", "--", "true"), {},
+         "Invalid value for '--conflict-exit-code': '\u0667\u0665' is not a valid int "
+         "(digits 0-9)."),
+        (("run", "-j", "x", "--schedule", "* * * * *", "--catch-up", "all",
+          "--catch-up-limit", "\u0663", "--", "true"), {},
+         "Invalid value for '--catch-up-limit': '\u0663' is not a valid int (digits 0-9)."),
+        (("history", "--limit", "\u0663"), {},
+         "Invalid value for '--limit': '\u0663' is not a valid int (digits 0-9)."),
+        (("run", "-j", "x", "--", "true"), {"PGLOCK_LIMIT": "\u0662"},
+         "Invalid value for '--limit' (env var: 'PGLOCK_LIMIT'): '\u0662' is not a valid "
+         "int (digits 0-9)."),
+        (("run", "-j", "x", "--", "true"), {"PGLOCK_RETRIES": "\uff11"},
+         "Invalid value for '--retries' (env var: 'PGLOCK_RETRIES'): '\uff11' is not a "
+         "valid int (digits 0-9)."),
+    ]),
 ])
 def test_a_bad_value_names_the_option_as_it_was_given(
         argv: tuple[str, ...], variables: dict[str, str], line: str) -> None:

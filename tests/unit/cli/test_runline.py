@@ -39,6 +39,9 @@ LINES: list[tuple[list[str], dict[str, str]]] = [
      {"PGLOCK_WINDOW": "0 2 * * 6 4h; 30 1 * * * 10m"}),
     (["--job", "x", "--window", "0 2 * * 6 4h", "--", "true"],
      {"PGLOCK_WINDOW": "30 1 * * * 10m"}),
+    # Blank items of the variable add no window, in either parser (issue 46, D17).
+    *((["--job", "x", "--schedule", "0 3 * * *", "--", "true"], {"PGLOCK_WINDOW": window})
+      for window in ("0 2 * * 6 4h;", "  ", "; ;", ";30 1 * * * 10m")),
     (["--job", "x", "--", "true"], {"PGLOCK_VERBOSE": "1", "PGLOCK_QUIET": "no"}),
     (["--job", "x", "--", "true"], {"PGLOCK_VERBOSE": "TRUE", "PGLOCK_QUIET": " off "}),
     (["--job", "x", "--", "true"], {"PGLOCK_OUTPUT_ON_FAILURE": "yes"}),
@@ -61,6 +64,9 @@ ASIDE: list[tuple[list[str], dict[str, str]]] = [
     (["--job", "x", "--", "true"], {"PGLOCK_VERBOSE": "maybe"}),
     (["--job", "x", "--", "true"], {"PGLOCK_QUIET": "y"}),
     (["--job", "x", "--", "true"], {"PGLOCK_CONFLICT_EXIT_CODE": "x"}),
+    # Digits other than 0-9: typer's to refuse (D18).
+    (["--job", "x", "--retries", "\u0661", "--", "true"], {}),
+    (["--job", "x", "--", "true"], {"PGLOCK_LIMIT": "\u0662"}),
     (["--version"], {}),
 ]
 ENVIRONMENT = {name for _, variables in LINES + ASIDE for name in variables}

@@ -82,3 +82,15 @@ def test_a_dsn_that_does_not_parse_is_refused_without_the_password(conninfo: str
     message = str(raised.value)
     assert message.startswith("the DSN does not parse: ")
     assert "secret" not in message and "\n" not in message
+
+
+def test_the_slot_ahead_allowance_is_the_same_in_acquire_and_in_python() -> None:
+    """acquire refuses a slot more than lease.AHEAD_ALLOWED ahead of the server's clock
+    (issue 46, N-L12); the figure is written in functions.sql as an interval literal."""
+    from pglock.db.schema import _sql
+    from pglock.lock.lease import AHEAD_ALLOWED, SLOT_AHEAD
+
+    text = _sql("functions.sql").read_text()
+    seconds = int(AHEAD_ALLOWED.total_seconds())
+    assert f"IF p_slot > clock_timestamp() + interval '{seconds} seconds' THEN" in text
+    assert f"USING ERRCODE = '{SLOT_AHEAD}'" in text

@@ -47,9 +47,12 @@ def test_the_runner_gets_the_functions_revoked_from_public() -> None:
     assert revoked - set(roles.RUN_FUNCTIONS) == {
         "advisory_key(text)", "session_holds(text)", "incarnation()", "timeline()",
         "sighting()", "next_token(bigint, bigint)", "advisory_horizon(interval)",
-        "restamp(bigint, timestamptz)",
+        "granted(bigint, interval)", "keeps(bigint, timestamptz, timestamptz)", "evict(text)",
+        "takeable({schema}.locks, text, text, text, boolean, bigint)",
+        "seat_takeable({schema}.seats, text, boolean, bigint)",
+        "attend(text, text, text, text, timestamptz, interval, boolean, boolean, boolean)",
         "record_start(text, timestamptz, text, text, integer, text, bigint, text, text, text, "
-        "timestamptz, interval, integer, integer)"}
+        "timestamptz, interval, integer, integer, text, text, text)"}
 
 
 def test_each_role_is_granted_what_it_needs_and_no_more() -> None:

@@ -121,3 +121,27 @@ def test_the_ttls_come_from_the_jobs_file_and_runs_own(tmp_path: Path,
     monkeypatch.delenv("PGLOCK_KILL_AFTER", raising=False)
     assert doctor.configured_ttls() == {"": (120.0, 10.0), "nightly": (300.0, 10.0),
                                         "plain": (120.0, 10.0)}
+
+
+def test_crunchy_fails_over_as_patroni_does_and_is_sized_as_the_page_says() -> None:
+    """docs review M1: doctor gave Crunchy a 100 s failover (Patroni's ttl figure read as
+    its failover time) while the page said 45 s, and warned a fleet that followed it."""
+    assert platforms.CRUNCHY.failover == platforms.PATRONI.failover == 45.0
+    # A fleet on the page's ttl for Crunchy (100 s) is not warned.
+    assert heartbeat.ttl_for(45.0, 10.0) == 100.0
+    found = doctor.failover(platforms.CRUNCHY, {"": (100.0, 10.0)}, Purpose.RUNNER)
+    assert found.level is Level.OK
+
+
+PAGE = Path(__file__).resolve().parents[3] / "docs" / "platforms.md"
+
+
+@pytest.mark.parametrize("name", sorted(platforms.PLATFORMS))
+def test_the_pages_failover_and_ttl_are_generated_from_the_platform_table(name: str) -> None:
+    """One figure per platform: the page's cells are written by gen-docs from
+    platforms.py (its --check, tests/cli/test_docs.py, fails on drift)."""
+    page = PAGE.read_text()
+    platform = platforms.PLATFORMS[name]
+    assert f"<!-- gen:failover:{name} -->{platform.source}<!-- /gen -->" in page
+    if platform.failover is not None:
+        assert f"<!-- gen:platform-ttl:{name} -->" in page

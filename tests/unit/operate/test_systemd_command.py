@@ -46,6 +46,7 @@ def test_it_writes_into_dir_and_prints_nothing(tmp_path: Path) -> None:
         "pglock-nightly.service", "pglock-nightly.timer"]
 
 
+RULE = "(letters, digits, _ . -, starting with a letter or _, at most 32 characters)"
 LONG = "é" * 60
 ESCAPED = "\\xc3\\xa9" * 60
 
@@ -53,8 +54,25 @@ ESCAPED = "\\xc3\\xa9" * 60
 @pytest.mark.parametrize(("args", "text", "line"), [
     (["systemd", "--prune"], JOBS, "pglock: --prune: needs --dir (it removes units from that "
      "directory)"),
-    (["systemd", "--user", "a b"], JOBS, "pglock: --user: 'a b' is not a user name"),
-    (["systemd", "--user", "a\x9bb"], JOBS, "pglock: --user: 'a\\x9bb' is not a user name"),
+    (["systemd", "--user", "a b"], JOBS, "pglock: --user: 'a b' is not a user name " + RULE),
+    (["systemd", "--user", "a\x9bb"], JOBS, "pglock: --user: 'a\\x9bb' is not a user name "
+     + RULE),
+    # What User= would read as something else: a specifier, a user and a group, quotes, a
+    # variable; and what no system names a user (issue 46, D13).
+    *((["systemd", "--user", user], JOBS, f"pglock: --user: '{user}' is not a user name "
+       + RULE)
+      for user in ("%n", "nobody:nogroup", 'a"b', "$USER", "@daily", "a" * 33, "-x", "é")),
+    # An empty --dir is the current directory to Python: refused (D9).
+    (["systemd", "--dir", ""], JOBS, "pglock: --dir: an empty path; name the directory "
+     "(/etc/systemd/system)"),
+    # tz = "" is refused as the config file's error, as run and crontab refuse it (D11).
+    (["systemd"], '[jobs.zj]\ncommand = ["true"]\nschedule = "0 4 * * *"\ntz = ""\n',
+     "pglock: config file {path}: [jobs.zj] tz: '' is not a known time zone (examples: UTC, "
+     "Europe/Berlin, America/New_York)"),
+    # A zone that counts leap seconds: systemd's timer would fire 27 s after the slot (D12).
+    (["systemd"], '[jobs.lz]\ncommand = ["true"]\nschedule = "30 2 * * *"\n'
+     'tz = "right/UTC"\n', "pglock: [jobs.lz]: its tz 'right/UTC' counts leap seconds: a "
+     "timer would fire about 27 s after each of pglock's slots; give the job tz = 'UTC'"),
     (["systemd", "--dir", "{tmp}/missing"], JOBS, "pglock: --dir: '{tmp}/missing' is not a "
      "directory"),
     (["systemd"], "dsn = 'host=db'\n", "pglock: no jobs configured (config file {path}): add "
@@ -115,3 +133,63 @@ def test_a_config_path_with_a_control_character_is_refused(tmp_path: Path) -> No
     assert called.stderr.startswith("pglock: the config file's path ") and \
         called.stderr.endswith("a unit file cannot name it (move the file)\n")
     assert called.stderr.count("\n") == 1
+
+
+def test_a_uid_and_user_names_that_are_names_are_written(tmp_path: Path) -> None:
+    path = config_file(tmp_path)
+    for user in ("1000", "app", "_svc-1.a", "a" * 32, "machine$"):
+        called = invoke("systemd", "--user", user, env={"PGLOCK_CONFIG": str(path)})
+        assert (called.code, called.stderr) == (0, ""), user
+        assert f"\nUser={user}\n" in called.stdout
+
+
+def test_the_hosts_zone_that_counts_leap_seconds_is_refused(tmp_path: Path) -> None:
+    """A job without tz takes the host's zone, which a timer reads the same way (D12)."""
+    path = config_file(tmp_path, '[jobs.lz]\ncommand = ["true"]\nschedule = "@daily"\n')
+    called = invoke("systemd", env={"PGLOCK_CONFIG": str(path), "TZ": "right/Europe/Berlin"})
+    assert (called.code, called.stdout) == (2, "")
+    assert called.stderr == ("pglock: [jobs.lz]: the host's zone (no tz) 'right/Europe/Berlin' "
+                             "counts leap seconds: a timer would fire about 27 s after each of "
+                             "pglock's slots; give the job tz = 'Europe/Berlin'\n")
+
+
+@pytest.mark.parametrize("command", [["crontab", "--tz-by", "pglock"], ["run", "--job", "zj"]])
+def test_an_empty_tz_is_refused_by_crontab_and_run_alike(tmp_path: Path,
+                                                         command: list[str]) -> None:
+    """tz = "" was the host's zone to run, "in " to crontab and an error to systemd (D11)."""
+    path = config_file(tmp_path, '[jobs.zj]\ncommand = ["true"]\nschedule = "0 4 * * *"\n'
+                                 'tz = ""\n')
+    called = invoke(*command, env={"PGLOCK_CONFIG": str(path)})
+    assert (called.code, called.stdout) == (2, "")
+    assert called.stderr == (f"pglock: config file {path}: [jobs.zj] tz: '' is not a known "
+                             "time zone (examples: UTC, Europe/Berlin, America/New_York)\n")
+
+
+TWO = JOBS.replace("[jobs.manual]", '[jobs.gone]\ncommand = ["true"]\nschedule = "@daily"\n'
+                   '\n[jobs.manual]')
+
+
+@pytest.mark.parametrize("spelling", ["{tmp}/w/../w/config.toml",
+                                      "{tmp}/link.toml"])
+def test_prune_finds_the_units_of_any_spelling_of_the_jobs_file(tmp_path: Path,
+                                                                spelling: str) -> None:
+    """Written under one spelling of the path (relative, `..`, a link), pruned under
+    another: the units of a job gone are removed all the same (D10)."""
+    (tmp_path / "w").mkdir()
+    path = config_file(tmp_path / "w", TWO)
+    (tmp_path / "link.toml").symlink_to(path)
+    directory = tmp_path / "units"
+    directory.mkdir()
+    written = invoke("systemd", "--dir", str(directory),
+                     env={"PGLOCK_CONFIG": spelling.format(tmp=tmp_path)})
+    assert (written.code, written.stderr) == (0, "")
+    source = (directory / "pglock-gone.timer").read_text().splitlines()[1]
+    # The spelling a unit names: absolute, without `.`, `..` or `//` (a link stays a link).
+    assert source == "# Jobs file: " + (str(tmp_path / "link.toml") if "link" in spelling
+                                        else str(path))
+    path.write_text(JOBS)
+    pruned = invoke("systemd", "--dir", str(directory), "--prune",
+                    env={"PGLOCK_CONFIG": str(path)})
+    assert (pruned.code, pruned.stderr) == (0, "")
+    assert sorted(p.name for p in directory.iterdir()) == [
+        "pglock-nightly.service", "pglock-nightly.timer"]

@@ -60,8 +60,8 @@ def test_the_summary_counts_each_problem_and_the_ok_jobs() -> None:
     assert report.status is PluginStatus.CRITICAL
     lines = check.render_text(report).splitlines()
     assert lines[0] == ("PGLOCK CRITICAL - 3 jobs: 1 failed, 1 overdue, 1 stale, 1 ok "
-                        "| jobs=3 ok=1 dead=0 failed=1 overdue=1 paused=0 skipped_running=0 "
-                        "slow=0 stale=1")
+                        "| jobs=3 ok=1 dead=0 failed=1 overdue=1 paused=0 silent_host=0 "
+                        "skipped_running=0 slow=0 stale=1")
     assert lines[1].startswith("CRITICAL: b: last run failed (exit 1), 2m00s ago; overdue: ")
     assert lines[2].startswith("CRITICAL: c: run 42 is marked running")
 
@@ -90,7 +90,7 @@ def test_no_jobs_is_ok_and_a_job_never_seen_is_unknown() -> None:
     empty = jobs.Snapshot(NOW, [])
     assert check.render_text(check.evaluate(empty, DEFAULT)) == (
         "PGLOCK OK - 0 jobs: 0 ok | jobs=0 ok=0 dead=0 failed=0 overdue=0 paused=0 "
-        "skipped_running=0 slow=0 stale=0")
+        "silent_host=0 skipped_running=0 slow=0 stale=0")
     report = check.evaluate(empty, DEFAULT, "nobody")
     assert (report.status, check.render_text(report)) == (
         PluginStatus.UNKNOWN, "PGLOCK UNKNOWN - no job named 'nobody' has run")

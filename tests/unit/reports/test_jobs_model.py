@@ -88,7 +88,8 @@ def test_each_problem_has_a_weight_and_a_reason() -> None:
     assert set(check.REASONS) == set(Problem)
     assert all(isinstance(problem.weight, jobs.Weight) for problem in Problem)
     assert sorted(p for p in Problem if p.counted) == [P.DEAD, P.FAILED, P.OVERDUE, P.PAUSED,
-                                                        P.SKIPPED_RUNNING, P.SLOW, P.STALE]
+                                                        P.SILENT_HOST, P.SKIPPED_RUNNING,
+                                                        P.SLOW, P.STALE]
     assert P.DEAD.weight is jobs.Weight.CRITICAL
 
 
@@ -116,7 +117,8 @@ def test_the_row_factory_builds_a_job_from_named_columns() -> None:
         "attempt_limit": 3, "dead_slot": None, "dead_attempts": None, "dead_error": None,
         "unlisted": None, "listed": True, "seats_used": None, "seat_limit": None,
         "run_note": None, "windows": None, "skipped_running": 0, "skipped_running_slot": None,
-        "skipped_running_streak": 0, "catch_up_skipped": 0, "catch_up_skipped_slot": None}
+        "skipped_running_streak": 0, "catch_up_skipped": 0, "catch_up_skipped_slot": None,
+        "promotion_missed": 0, "promotion_missed_slot": None}
     assert set(row) == set(jobs.COLUMNS)
     built = jobs._from_row(NOW, tuple(row[name] for name in jobs.COLUMNS))
     assert (built.name, built.state, built.problems) == ("sync", State.RUNNING, (P.FAILED,))

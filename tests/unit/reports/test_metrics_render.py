@@ -60,7 +60,8 @@ def test_no_jobs_still_declares_every_family() -> None:
     assert {f.name.removesuffix("_total") if f.kind == "counter" else f.name
             for f in metrics.FAMILIES} | {
         "pglock_job_runs", "pglock_job_state", "pglock_job_duration_seconds",
-        "pglock_job_runs_outside_expected", "pglock_metrics_timestamp_seconds"} == names
+        "pglock_job_runs_outside_expected", "pglock_metrics_timestamp_seconds",
+        "pglock_host_last_seen_timestamp_seconds"} == names
 
 
 def test_the_new_series_of_a_slow_run_a_pause_and_the_history() -> None:

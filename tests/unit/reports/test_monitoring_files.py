@@ -68,7 +68,7 @@ def test_every_rule_says_how_bad_and_what_to_run() -> None:
     assert {rule["alert"] for rule in alerts} == {
         "PglockJobFailed", "PglockJobDead", "PglockJobOverdue", "PglockJobStale",
         "PglockJobSlow", "PglockJobPausedLong", "PglockJobDurationRegression",
-        "PglockMetricsStale", "PglockMetricsAbsent"}
+        "PglockHostSilent", "PglockVersionSkew", "PglockMetricsStale", "PglockMetricsAbsent"}
     for rule in alerts:
         assert rule["labels"]["severity"] in ("warning", "critical"), rule["alert"]
         assert rule["annotations"]["summary"], rule["alert"]

@@ -309,6 +309,9 @@ def test_the_crontab_quotes_and_escapes(tmp_path: Path) -> None:
                     "'50\\% off'")
 
 
+RULE = "(letters, digits, _ . -, starting with a letter or _, at most 32 characters)"
+
+
 def _every(path: Path) -> tuple[Path | None, list[jobsfile.ConfiguredJob]]:
     os.environ["PGLOCK_CONFIG"] = str(path)
     try:
@@ -320,9 +323,12 @@ def _every(path: Path) -> tuple[Path | None, list[jobsfile.ConfiguredJob]]:
 @pytest.mark.parametrize(("args", "text", "line"), [
     (["crontab"], "dsn = 'host=db'\n", "pglock: no jobs configured (config file {path}): add "
      "[jobs.NAME] tables with a command and a schedule (docs/jobs-file.md)"),
-    (["crontab", "--user", "a b"], THREE, "pglock: --user: 'a b' is not a user name"),
+    (["crontab", "--user", "a b"], THREE, "pglock: --user: 'a b' is not a user name " + RULE),
     # One check for crontab and systemd: control characters shown, not written.
-    (["crontab", "--user", "a\x9bb"], THREE, "pglock: --user: 'a\\x9bb' is not a user name"),
+    (["crontab", "--user", "a\x9bb"], THREE, "pglock: --user: 'a\\x9bb' is not a user "
+     "name " + RULE),
+    # cron.d's user field takes a name, not a uid (a unit's User= takes both).
+    (["crontab", "--user", "1000"], THREE, "pglock: --user: '1000' is not a user name " + RULE),
     # Debian's and Ubuntu's cron ignore CRON_TZ: not written unless asked for.
     (["crontab"], THREE, "pglock: [jobs.nightly-report] has tz = 'Europe/Berlin', and "
      "Debian's and Ubuntu's cron ignore CRON_TZ: --tz-by pglock (started every minute, "

@@ -15,7 +15,8 @@ from pglock.reports.dashboard import Bar, Day, Timeline
 from pglock.reports.history import RunRow
 from pglock.serve import charts
 from pglock.serve.auth import Auth, hash_password, verify
-from pglock.serve.command import listen_address, loopback
+from pglock.serve.command import _hosts, _named, listen_address, loopback
+from pglock.serve.web import host_allowed
 
 PACKAGE = Path(__file__).resolve().parents[3] / "pglock"
 STACK = ("starlette", "uvicorn", "jinja2", "markupsafe", "httpx", "httpx2", "anyio")
@@ -64,6 +65,45 @@ def test_a_header_is_believed_from_the_trusted_proxies_only() -> None:
     assert auth.from_header({"x-user": "bo\nb"}, "::1")[0] is None
     assert Auth(header="X-User", unix=True).from_header({"x-user": "bob"}, None) == ("bob", "")
     assert not Auth().configured and auth.configured
+
+
+def test_a_proxy_header_that_came_twice_is_believed_never() -> None:
+    """A proxy that appends its X-Forwarded-User to the client's made the first one win:
+    the client's own (issue 46, D20). Twice is refused, whatever the values."""
+    from starlette.datastructures import Headers
+
+    def raw(*pairs: tuple[str, str]) -> Headers:
+        return Headers(raw=[(k.encode(), v.encode()) for k, v in pairs])
+
+    auth = Auth(header="X-User", proxy_secret=b"s" * 16)
+    secret = ("x-pglock-proxy-secret", "s" * 16)
+    assert auth.from_header(raw(("x-user", "alice"), secret), "127.0.0.1") == ("alice", "")
+    for pairs in ([("x-user", "mallory"), ("x-user", "alice"), secret],
+                  [("x-user", "alice"), ("x-user", "alice"), secret],
+                  [("x-user", "alice"), ("x-pglock-proxy-secret", "wrong"), secret],
+                  [("x-user", "alice"), secret, ("x-pglock-proxy-secret", "wrong")]):
+        user, why = auth.from_header(raw(*pairs), "127.0.0.1")
+        assert user is None
+        assert why.endswith("header came more than once: the proxy must set it, replacing "
+                            "any the client sent"), why
+
+
+@pytest.mark.parametrize(("given", "bare"), [("example.com:8080", "example.com"),
+                                             ("[::1]:8434", "::1"),
+                                             ("10.0.0.1:80", "10.0.0.1")])
+def test_an_allowed_host_with_a_port_is_refused(given: str, bare: str) -> None:
+    """The request's port is set aside before the comparison: a name with one never
+    matched, and every request through it got 421 (issue 46, D19)."""
+    with pytest.raises(UsageError) as raised:
+        _named([given])
+    assert str(raised.value) == (f"--allowed-host: {given!r} names a port; give the host "
+                                 f"alone ({bare}): the port a request names is not compared")
+
+
+def test_allowed_hosts_without_a_port_are_taken() -> None:
+    hosts = _hosts(_named(["Example.COM", "[::1]", "fe80::1", "10.0.0.1"]), "0.0.0.0")
+    assert hosts == frozenset({"example.com", "::1", "fe80::1", "10.0.0.1"})
+    assert host_allowed("example.com:8080", hosts) and host_allowed("[fe80::1]:1", hosts)
 
 
 def test_a_csrf_token_is_the_users_and_the_servers() -> None:

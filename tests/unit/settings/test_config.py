@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import os
+import threading
+import time
 from collections.abc import Callable
 from pathlib import Path
 
@@ -9,6 +12,8 @@ import pytest
 
 from pglock.errors import ConfigError, ExitStatus, UsageError
 from pglock.settings import config
+
+from ..inprocess import UNREACHABLE, invoke
 
 ConfigFile = Callable[[str], Path]
 
@@ -121,6 +126,54 @@ def test_an_unreadable_config_file_says_why(tmp_path: Path,
 def test_the_dsn_option_never_reads_the_config_file(config_file: ConfigFile) -> None:
     config_file("this is not toml")
     assert config.resolve_target("host=cli").conninfo == "host=cli"
+
+
+def test_an_empty_pglock_config_is_refused_with_a_dsn_too(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """`status` with PGLOCK_DSN and PGLOCK_SCHEMA set read no file, and took the empty
+    PGLOCK_CONFIG that `run` of the same crontab refuses (issue 46)."""
+    monkeypatch.setenv("PGLOCK_CONFIG", " ")
+    with pytest.raises(ConfigError, match=r"^PGLOCK_CONFIG: empty; unset it"):
+        config.resolve_target("host=cli")
+    called = invoke("status", env={"PGLOCK_CONFIG": "", "PGLOCK_SCHEMA": "s",
+                                   "PGLOCK_DSN": UNREACHABLE})
+    assert (called.code, called.stdout) == (125, "")
+    assert called.stderr == ("pglock: PGLOCK_CONFIG: empty; unset it to read the default "
+                             "config files\n")
+
+
+def test_a_fifo_nothing_writes_is_refused_not_waited_for(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A config file that is a FIFO with no writer held every command at its open (D16)."""
+    fifo = tmp_path / "config.toml"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("PGLOCK_CONFIG", str(fifo))
+    monkeypatch.setattr(config, "FIFO_WAIT", 0.2)
+    with pytest.raises(ConfigError) as raised:
+        config.resolve_target(None)
+    assert str(raised.value) == (f"config file {fifo}: a FIFO that nothing wrote to the end "
+                                 "within 0.2s; not a config file")
+
+
+def test_a_fifo_is_read_once_and_its_text_kept(tmp_path: Path,
+                                              monkeypatch: pytest.MonkeyPatch) -> None:
+    """As a shell's <(...) gives it: written a moment after the open, read by a command
+    more than once (its jobs table, its schema, its DSN)."""
+    fifo = tmp_path / "fifo.toml"
+    os.mkfifo(fifo)
+    monkeypatch.setenv("PGLOCK_CONFIG", str(fifo))
+
+    def write() -> None:
+        time.sleep(0.1)
+        fifo.write_text('dsn = "host=fifo"\nschema = "s"\n')
+
+    writer = threading.Thread(target=write)
+    writer.start()
+    try:
+        assert config.resolve_target(None).conninfo == "host=fifo"
+    finally:
+        writer.join()
+    assert config.configured_schema(None) == "s"
 
 
 # configured_schema ---------------------------------------------------------------------
