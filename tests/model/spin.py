@@ -109,6 +109,16 @@ REACHES = [Reach(f"reach: {what} ({model.name})", model, probe)
            for probe, what in PROBES.items()
            if model is ADVISORY or probe not in ADVISORY_ONLY]
 
+
+def as_assertion(reach: Reach) -> Case:
+    """The probe as a case that must fail (`scripts/model --probes`): built with
+    -DPROBE=n, the probed state is an assertion, so pan stops at the first state it names
+    and the trail shows how it is reached. The suite reads the probes from its exhaustive
+    runs instead (no run more); this checks that the two agree."""
+    model = reach.model
+    return Case(f"{reach.name}, as an assertion", model.model,
+                (*model.defines, f"-DPROBE={reach.probe}"), "fail", model.search, quick=True)
+
 # Each protection removed, or an older rule put back: each must yield a counterexample at
 # the suite's bound (RUNS=1 FAULTS=1), but the two releases, which need a third claimant
 # (RUNS=2). The search options only make pan find it sooner.
@@ -322,12 +332,20 @@ def good(case: Case, result: Result) -> bool:
 
 
 def main(argv: list[str]) -> int:
-    """scripts/model [--long] [WORD...]: the suite's cases (with --long, the larger bounds
-    and the controls instead), or those whose name contains a word."""
+    """scripts/model [--long | --probes] [WORD...]: the suite's cases (with --long, the
+    larger bounds and the controls instead; with --probes, each probe as an assertion that
+    must fail), or those whose name contains a word."""
     long = "--long" in argv
-    words = [word for word in argv if word != "--long"]
-    cases = LONG if long else MODELS + MUTANTS
-    reaches = [] if long else REACHES
+    probes = "--probes" in argv
+    words = [word for word in argv if word not in ("--long", "--probes")]
+    cases: list[Case]
+    reaches: list[Reach]
+    if long:
+        cases, reaches = LONG, []
+    elif probes:
+        cases, reaches = [as_assertion(reach) for reach in REACHES], []
+    else:
+        cases, reaches = MODELS + MUTANTS, REACHES
     wanted = [case for case in cases if not words or any(word in case.name for word in words)]
     wanted_reaches = [reach for reach in reaches
                       if not words or any(word in reach.name for word in words)]
@@ -338,7 +356,8 @@ def main(argv: list[str]) -> int:
     for case in wanted:
         result = check(case)
         failed += not good(case, result)
-        kind = "mutant" if case.mutant else "model"
+        kind = ("probe" if case.name.startswith("reach:") else
+                "mutant" if case.mutant else "model")
         print(f"{'ok' if good(case, result) else 'WRONG':5} {kind:6} {case.name}: errors "
               f"{result.errors}, {result.states:,} states, depth {result.depth}, "
               f"{result.cpu:.1f} s of CPU ({result.wall:.0f} s in all), "
