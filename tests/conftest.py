@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import re
 import signal
@@ -95,14 +96,31 @@ class Env:
         self.schema = schema
         self.tmp = tmp_path
         self.env = {**os.environ, "PGLOCK_DSN": dsn, "PGLOCK_SCHEMA": schema}
+        self.started: list[subprocess.Popen[str]] = []
 
     def popen(self, *args: str, env: dict[str, str] | None = None,
               **kwargs: Any) -> subprocess.Popen[str]:
-        """Start a real pglock process."""
+        """Start a real pglock process (ended and its pipes closed with the test: close())."""
         kwargs.setdefault("stdout", subprocess.PIPE)
         kwargs.setdefault("stderr", subprocess.PIPE)
-        return subprocess.Popen([PGLOCK, *args], env={**self.env, **(env or {})}, text=True,
-                                **kwargs)
+        process = subprocess.Popen([PGLOCK, *args], env={**self.env, **(env or {})}, text=True,
+                                   **kwargs)
+        self.started.append(process)
+        return process
+
+    def close(self) -> None:
+        """End what the test left running and close every pipe it left open: a pipe left
+        to the garbage collector is a ResourceWarning, which the suite's warnings filter
+        turns into the failure of whichever test happens to be running then."""
+        for process in self.started:
+            if process.poll() is None:
+                process.kill()
+            with contextlib.suppress(subprocess.TimeoutExpired, OSError, ValueError):
+                process.communicate(timeout=10)
+            for pipe in (process.stdin, process.stdout, process.stderr):
+                if pipe is not None:
+                    with contextlib.suppress(OSError):
+                        pipe.close()
 
     def run(self, *args: str, env: dict[str, str] | None = None, timeout: float = 60,
             **kwargs: Any) -> Result:
@@ -153,6 +171,7 @@ def env(dsn: str, tmp_path: Path, request: pytest.FixtureRequest) -> Iterator[En
     schema = "t_" + re.sub(r"\W", "_", request.node.name)[:40].lower() + f"_{os.getpid()}"
     environment = Env(dsn, schema, tmp_path)
     yield environment
+    environment.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(schema)))
 

@@ -239,7 +239,6 @@ class Slot:
             return False
         deadline = min(clock.now() + self.options.wait, start_by)
         attempt = 0
-        waited_out = False
         with database.translated(f"cannot take the lock of job {self.claim.job!r}"):
             conn = self.session.get()
             # A connection cut under the statement (a failover, a restart, a terminated
@@ -265,11 +264,11 @@ class Slot:
                     self.notifier.acquired(self.claim.fencing_token, self.claim.slot)
                     self.sent = sent
                     return True
-                if (outcome is lease.Attempt.HELD and self.claim.promotion_wait is not None
-                        and not waited_out):
+                if outcome is lease.Attempt.HELD and self.claim.promotion_wait is not None:
                     # Refused by the wait after a promotion alone: wait for its end, whatever
                     # --wait says, and try once more (the run then says it started late).
-                    waited_out = True
+                    # Refused again, it is a later promotion's own wait (the first one's end
+                    # has passed, jitter included): that one is waited out too.
                     until = self._promotion_wait_until()
                     if until > start_by:
                         self._missed(conn, until)

@@ -65,6 +65,29 @@ def test_a_trigger_within_the_wait_runs_its_slot_once_when_the_wait_ends(
     assert "started late: after the wait that followed a promotion" in history.stdout
 
 
+def test_a_wait_moved_while_a_trigger_waits_is_waited_out_too(
+        env: Env, promoted: Pair) -> None:
+    """A later promotion within the wait brings a wait of its own: the trigger, refused
+    again when it comes back, waits that one out too and runs the slot (found by the
+    soak: a second failover 7 s after the first made every trigger of the slot exit 75,
+    as the client tried only once more). The second promotion is stood in for by the
+    timeline's first sighting moved to now, which is what it does to the wait."""
+    ran = env.tmp / "ran"
+    waiting = env.popen("run", "--job", "s", "--ttl", "10s", *YEARLY, "--", "sh", "-c",
+                        f"echo $PGLOCK_FENCING_TOKEN >> {ran}")
+    env.wait_for(lambda: env.query("SELECT count(*) FROM {schema}.timelines") == [(2,)],
+                 what="the trigger's acquire on the new primary")
+    time.sleep(2.0)
+    [(moved,)] = env.query("UPDATE {schema}.timelines SET first_seen = clock_timestamp() "
+                           "WHERE timeline = 2 RETURNING first_seen")
+    assert waiting.communicate(timeout=60) == ("", "")
+    assert waiting.returncode == 0
+    assert ran.read_text().split() == [str((1 << 32) + 1)]
+    [run] = [r for r in env.runs("s") if r["slot"] is not None]
+    assert (run["outcome"], run["late_reason"]) == ("succeeded", "promotion_wait")
+    assert run["started_at"] >= moved + timedelta(seconds=10)
+
+
 def test_a_stop_signal_ends_the_wait_after_a_promotion(env: Env, promoted: Pair) -> None:
     waiting = env.popen("run", "--job", "s", "--ttl", "10s", *YEARLY, "--", "true")
     env.wait_for(lambda: env.query("SELECT count(*) FROM {schema}.timelines") == [(2,)],

@@ -23,9 +23,13 @@ def _alive(pid: int) -> bool:
         os.kill(pid, 0)
     except ProcessLookupError:
         return False
-    # A zombie is dead for our purposes: it runs nothing.
-    with open(f"/proc/{pid}/stat") as stat:
-        return stat.read().split(") ")[1][0] != "Z"
+    # A zombie is dead for our purposes: it runs nothing. It may also be reaped between the
+    # signal and the read (ESRCH on the read, or no file at all).
+    try:
+        with open(f"/proc/{pid}/stat") as stat:
+            return stat.read().split(") ")[1][0] != "Z"
+    except (ProcessLookupError, FileNotFoundError):
+        return False
 
 
 def test_lock_taken_over_stops_the_command(env: Env) -> None:

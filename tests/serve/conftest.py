@@ -28,6 +28,7 @@ def fleet(dsn: str, tmp_path_factory: pytest.TempPathFactory,
     env = Env(dsn, name, tmp_path_factory.mktemp("fleet"))
     seed(env)
     yield env
+    env.close()
     with psycopg.connect(dsn, autocommit=True) as conn:
         conn.execute(sql.SQL("DROP SCHEMA IF EXISTS {} CASCADE").format(sql.Identifier(name)))
 
