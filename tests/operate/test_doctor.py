@@ -58,7 +58,7 @@ def test_a_healthy_setup_is_all_ok(env: Env, sync_pair: Pair) -> None:
     assert [line.split()[1] for line in lines] == [
         "database", "password", "server", "engine", "platform", "schema", "census",
         "terminate", "evict", "timeouts", "commit", "connections", "pooling", "replication",
-        "clock"]
+        "clock", "candidates"]
     assert "1 standby(s), 1 synchronous" in result.stdout
 
 
