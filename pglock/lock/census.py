@@ -65,8 +65,8 @@ SELECT p.job, p.host, a.first_attempt, coalesce(a.last_attempt, r.at), a.outcome
        extract(epoch FROM least(a.ttl, interval '7 days'))::float8, coalesce(a.gaps, '{{}}'),
        coalesce(cardinality(a.gaps) > 0, false) OR p.job = ANY(h.jobs), a.job IS NULL,
        h.version, h.python, seen.at,
-       extract(epoch FROM least(a.due, interval '366 days'))::float8, a.passed_at,
-       j.candidates, extract(epoch FROM least(j.candidate_step, interval '1 day'))::float8
+       extract(epoch FROM a.due)::float8, a.passed_at,
+       j.candidates, extract(epoch FROM j.candidate_step)::float8
 FROM pairs p JOIN {schema}.hosts h ON h.host = p.host
 LEFT JOIN {schema}.jobs j ON j.job = p.job
 LEFT JOIN {schema}.attendance a ON a.job = p.job AND a.host = p.host

@@ -45,8 +45,7 @@ SELECT * FROM {schema}.acquire(
     %(slot)s, %(handover_from)s, %(rerun)s, %(command)s, %(schedule)s, %(timezone)s,
     %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s, %(limit)s, %(final)s,
     %(backlog)s, %(windows)s, %(late)s, %(trace_id)s, %(span_id)s, %(host)s, %(pglock)s,
-    %(python)s, %(candidates)s, %(step)s, %(due)s, %(roster)s, %(rank)s, %(turn)s,
-    %(passed)s)
+    %(python)s, %(candidates)s, %(step)s, %(due)s, %(roster)s, %(rank)s, %(passed)s)
 """
 
 # A winner that catches up (--catch-up): the slots it will run marked, the ones it gives
@@ -192,18 +191,17 @@ class Turn:
     roster: int
     # Its rank in the slot (None: it did not know it: no roster yet, or a stale one).
     rank: int | None = None
-    # The slot, or the trigger's minute, that was ranked; and the hosts ranked above it.
-    at: datetime | None = None
+    # The hosts ranked above it.
     passed: tuple[str, ...] = ()
 
 
 def _turn_params(turn: Turn | None) -> dict[str, Any]:
     if turn is None:
         return {"candidates": None, "step": None, "due": None, "roster": None, "rank": None,
-                "turn": None, "passed": None}
+                "passed": None}
     return {"candidates": turn.candidates, "step": timedelta(seconds=turn.step),
             "due": timedelta(seconds=turn.due), "roster": turn.roster, "rank": turn.rank,
-            "turn": turn.at, "passed": list(turn.passed)}
+            "passed": list(turn.passed)}
 
 
 # How far ahead of the database's clock a trigger's slot may be (acquire's SLOT_AHEAD

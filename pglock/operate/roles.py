@@ -41,7 +41,7 @@ RUN_FUNCTIONS = (
     "acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint, "
     "boolean, text, text, text, timestamptz, interval, integer, integer, integer, boolean, "
     "timestamptz[], text[], text, text, text, text, text, text, integer, interval, interval, "
-    "integer, integer, timestamptz, text[])",
+    "integer, integer, text[])",
     # The rosters a host that contends only in its turns asks for (--candidates).
     "members(integer, text, text, text, text[], timestamptz[], interval[], interval[], "
     "integer[])",

@@ -119,7 +119,7 @@ class Candidacy:
         rank = self.rank if self.roster is not None else None
         above = tuple(self.order[:rank - 1]) if rank is not None else ()
         return Turn(self.options.candidates, self.options.candidate_step, self.promise,
-                    ranking.roster_size(self.options.candidates), rank, self.at, above)
+                    ranking.roster_size(self.options.candidates), rank, above)
 
     def wait(self, gate: SignalGate) -> None:
         """Wait for this candidate's attempt: a step per rank above it after the trigger

@@ -100,7 +100,8 @@ def stand_by(options: RunOptions, candidacy: Candidacy) -> int:
                                      else candidacy.at))
     try:
         notifier.skipped("not_candidate", candidate_rank=candidacy.rank,
-                         candidates=options.candidates)
+                         candidates=options.candidates,
+                         slot=None if candidacy.scheduled is None else candidacy.at)
     finally:
         notifier.close()
     return options.conflict_exit_code

@@ -564,9 +564,9 @@ $$;
 -- turns (p_candidates: K, p_step: the delay between two ranks) records its promise
 -- (p_due) with its attempt and learns the job's roster (roster of p_roster hosts), which
 -- it ranks its next slots over without connecting; its run records its rank (p_rank).
--- A winner of rank r > 1 names the candidates above it (p_passed) for its turn (p_turn,
--- the slot or the trigger's minute): those not seen since are left out of the roster
--- until they are (a dead first candidate costs one slot one step, not every slot).
+-- A winner of rank r > 1 names the candidates above it (p_passed): those not seen since
+-- the slot's first turn are left out of the roster until they are seen again (a dead
+-- first candidate costs one slot one step, not every slot of the roster's lifetime).
 CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_version integer, p_job text, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_ttl interval, p_slot timestamptz, p_handover_from bigint,
@@ -575,7 +575,7 @@ CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_limit integer, p_final boolean, p_backlog timestamptz[], p_windows text[],
     p_late text, p_trace_id text, p_span_id text, p_host text, p_pglock text,
     p_python text, p_candidates integer, p_step interval, p_due interval,
-    p_roster integer, p_rank integer, p_turn timestamptz, p_passed text[])
+    p_roster integer, p_rank integer, p_passed text[])
 RETURNS TABLE (schema_version integer, session_held boolean, slot_ran boolean,
                is_paused boolean, token bigint, first_handover bigint, held_by text,
                run_id bigint, run_started_at timestamptz, run_attempt integer,
@@ -772,9 +772,12 @@ BEGIN
     PERFORM {schema}.attend(p_host, p_pglock, p_python, p_job, p_slot, p_ttl,
                             token IS NOT NULL, slot_ran, is_paused, p_due);
     IF token IS NOT NULL AND cardinality(p_passed) > 0 THEN
-        -- Candidates above this winner that were not seen since its turn began passed it.
+        -- Candidates above this winner that were not seen since the slot's first turn
+        -- (this winner tries r-1 steps after it; with half a step of slack) passed it: by
+        -- the database's clock alone.
         UPDATE {schema}.attendance SET passed_at = clock_timestamp()
-        WHERE job = p_job AND host = ANY(p_passed) AND last_attempt < p_turn;
+        WHERE job = p_job AND host = ANY(p_passed)
+          AND last_attempt < clock_timestamp() - (p_rank - 0.5) * p_step;
     END IF;
     IF p_roster IS NOT NULL THEN
         roster := {schema}.roster(p_job, p_roster);
@@ -1377,8 +1380,7 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
     {schema}.acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint,
                      boolean, text, text, text, timestamptz, interval, integer, integer,
                      integer, boolean, timestamptz[], text[], text, text, text, text, text,
-                     text, integer, interval, interval, integer, integer, timestamptz,
-                     text[]),
+                     text, integer, interval, interval, integer, integer, text[]),
     {schema}.attend(text, text, text, text, timestamptz, interval, boolean, boolean,
                     boolean, interval, boolean),
     {schema}.roster_key(text, text), {schema}.roster(text, integer),
