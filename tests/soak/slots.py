@@ -28,7 +28,10 @@ A host's part in a missed slot is accounted for when its invocation for the slot
   while the server had a fault other than a promotion: a trigger refused by the wait
   after a promotion waits for its end and runs the slot late (docs/ha.md), so a slot
   lost to that wait is a defect;
-- never happened because the host was frozen when cron would have fired it.
+- never happened because the host was frozen when cron would have fired it;
+- (`--candidates`) was no candidate of the slot and asked nothing (its event log says
+  so): the slot's candidates were the others; a miss whose every part is that, with no
+  fault among the other parts, is a defect (a slot nobody was a candidate of).
 
 Clock offsets never account for anything: they stay within the documented bound, where
 pglock promises the same slot on every host (docs/schedules.md).
@@ -195,10 +198,15 @@ def explain_miss(spec: JobSpec, slot: float, runs: list[Run], invocations: list[
             unexplained.append(f"attempts {attempts}: the last one (run {last.id}) was cut "
                                "short by no fault")
     ran_on = {run.holder for run in runs}
+    standing_by = []
     for host in history.hosts:
         if host in ran_on:
             continue
         invocation = by_host.get(host)
+        rank = history.stood_by.get((host, spec.name, slot))
+        if invocation is not None and invocation.code == CONFLICT and rank is not None:
+            standing_by.append(f"{host}: not a candidate (rank {rank})")
+            continue
         cause: Fault | Run | None = (_unfired(host, slot, history.faults) if invocation is None
                  else _refusing(invocation, spec, history.faults, job_runs or runs))
         what = "not fired" if invocation is None else f"exit {invocation.code}"
@@ -208,7 +216,9 @@ def explain_miss(spec: JobSpec, slot: float, runs: list[Run], invocations: list[
             reasons.append(f"{host}: {what}: held by run {cause.id} ({cause.outcome})")
         else:
             reasons.append(f"{host}: {what}: {cause.kind}")
-    return reasons, unexplained
+    if standing_by and not reasons and not unexplained:
+        unexplained.append("no host was a candidate of the slot, and no fault took one")
+    return reasons + standing_by, unexplained
 
 
 def _cutting(run: Run, spec: JobSpec, faults: list[Fault]) -> Fault | None:
