@@ -82,9 +82,13 @@ class Contender:
                  jitter: float = 0.0, connect_timeout: float = 10.0,
                  turn: lease.Turn | None = None) -> None:
         self.started = clock.now()
+        # With a turn (--candidates), its hold covers the later candidates' attempts.
+        gated = {} if turn is None else {"candidates": turn.candidates,
+                                         "candidate_step": turn.step}
         self.options = RunOptions(job=job, command=["true"], schema=schema, ttl=ttl,
                                       mode=mode, holder=holder, min_hold=min_hold,
-                                      jitter=jitter, connect_timeout=connect_timeout)
+                                      jitter=jitter, connect_timeout=connect_timeout,
+                                      **gated)
         # As Slot.open builds them.
         self.session = Reconnecting(
             conninfo, application_name=f"pglock run {job} on {holder}", timeout=connect_timeout,

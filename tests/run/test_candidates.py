@@ -162,6 +162,8 @@ def test_each_slot_once_only_candidates_connect(env: Env, fleet: Any, mode: str)
                 skipped["slot"]) == ("skipped", "not_candidate", 3, slot.isoformat())
     history = pglock_json(env, "history", "--job", "sync")
     assert [r["candidate_rank"] for r in history["runs"] if r["slot"]] == [1]
+    shown = env.run("history", "--job", "sync")
+    assert f"{first} (rank 1)" in shown.stdout or "(rank 1)" in shown.stdout, shown
     status = env.run("status", "--job", "sync")
     assert "candidates: 2 per slot, 1.0s apart" in status.stdout, status
 

@@ -171,3 +171,13 @@ def test_retries_out_of_range_are_a_usage_error(value: str) -> None:
     called = invoke("run", "--job", "j", "--retries", value, "--", "true")
     assert called.code == 2, called
     assert called.stderr.count("\n") == 1 and "--retries" in called.stderr, called.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--next"], "--next and --slot need --job NAME"),
+    (["--job", "x", "--next", "--slot", "2026-11-22T03:00"], "--next and --slot: give one"),
+    (["--job", "x", "--slot", "soon"], "--slot: 'soon' is not a time (2026-11-24T03:00, "
+                                       "2026-11-24 03:00+01:00)")])
+def test_hosts_next_and_slot_are_refused_in_one_line(args: list[str], message: str) -> None:
+    called = invoke("hosts", *args, "--dsn", UNREACHABLE)
+    assert (called.code, called.stdout, called.stderr) == (2, "", f"pglock: {message}\n")
