@@ -58,8 +58,10 @@ def start(values: dict[str, Any], from_environment: Collection[str],
     options = run_options(v)
     target = config.resolve_target(v["dsn"])
     candidacy = None
-    # A nested run of a job runs under its outer run's lock: no turn of its own.
-    if options.candidates is not None and not os.environ.get("PGLOCK_HOLDER_ID"):
+    # A nested run of a job runs under its outer run's lock, and a --rerun is an
+    # operator's deliberate act: neither waits for a turn.
+    if (options.candidates is not None and not options.rerun
+            and not os.environ.get("PGLOCK_HOLDER_ID")):
         from pglock.run.candidacy import Candidacy
 
         candidacy = Candidacy.of(options, target, plan_slot(options), started)

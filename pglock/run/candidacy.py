@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import logging
 import time
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import UTC, datetime
 from pathlib import Path
 from typing import TYPE_CHECKING
@@ -69,6 +69,7 @@ class Candidacy:
         found = cls(options, file, at, scheduled, start_by, started, interval)
         found.learn(membership.read(file, job=options.job, host=options.host,
                                     refresh=options.candidates_refresh))
+        membership.fired(file)
         return found
 
     def learn(self, roster: membership.Roster | None) -> None:
@@ -159,18 +160,37 @@ class Candidacy:
 
     def refreshed(self, conn: psycopg.Connection[object]) -> None:
         """Ask for the job's roster on `conn` (members(), recording this host's standby),
-        keep it, and rank the slot again."""
-        learnt_at = time.time()
-        found = ranking.members(conn, self.options.schema, self.options.host, [{
-            "job": self.options.job, "slot": None if self.scheduled is None else self.at,
-            "ttl": self.options.ttl, "due": self.promise,
-            "size": ranking.roster_size(self.options.candidates or 1)}])
-        self.keep(found.get(self.options.job, []), learnt_at)
+        with those of this host's other jobs that are due within half a refresh and still
+        fired here: one statement for a host's jobs, not one per job. Keep them, and rank
+        the slot again. A trigger of another job refreshing at this moment does it for
+        this one too: then nothing is asked (the roster in hand is due, not stale)."""
+        options = self.options
+        with membership.refreshing(self.file) as alone:
+            if not alone:
+                return
+            learnt_at = time.time()
+            others = membership.others(self.file, options.host, learnt_at,
+                                       options.candidates_refresh / 2)
+            mine = {"job": options.job, "slot": None if self.scheduled is None else self.at,
+                    "ttl": options.ttl, "due": self.promise,
+                    "size": ranking.roster_size(options.candidates or 1)}
+            found = ranking.members(conn, options.schema, options.host, [mine, *[
+                {"job": due.job, "slot": None, "ttl": due.roster.ttl,
+                 "due": due.roster.promise, "size": due.roster.size} for due in others]])
+            refresh_at = self.keep(found.get(options.job, []), learnt_at)
+            for due in others:
+                membership.write(due.file, due.job, options.host, replace(
+                    due.roster, hosts=tuple(found.get(due.job, [])), learnt_at=learnt_at,
+                    refresh_at=refresh_at), fired_at=due.fired_at)
 
-    def keep(self, hosts: list[str], learnt_at: float) -> None:
+    def keep(self, hosts: list[str], learnt_at: float) -> float:
         """Keep the roster learnt at `learnt_at` (the statement's send time), and rank the
-        slot over it."""
-        roster = membership.Roster(tuple(hosts), learnt_at, membership.next_refresh(
-            learnt_at, self.options.candidates_refresh, first=self.roster is None))
-        membership.write(self.file, self.options.job, self.options.host, roster)
+        slot over it; when it is to be learnt again."""
+        options = self.options
+        roster = membership.Roster(
+            tuple(hosts), learnt_at, membership.next_refresh(
+                learnt_at, options.candidates_refresh, first=self.roster is None),
+            options.ttl, self.promise, ranking.roster_size(options.candidates or 1))
+        membership.write(self.file, options.job, options.host, roster)
         self.learn(roster)
+        return roster.refresh_at

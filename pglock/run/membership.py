@@ -1,19 +1,23 @@
 """The rosters this host keeps of its jobs run with --candidates, so that a trigger that is
 not among its slot's candidates decides without connecting (docs/fleet.md, "Candidates").
 
-One small JSON file per database, schema, host and job, in `candidates/` under pglock's
-state directory (settings.config.data_dir: $XDG_DATA_HOME/pglock, /var/lib/pglock for
-root, else ~/.local/share/pglock), readable by its user alone, written whole to a
-temporary file and renamed over the old one (a reader sees the old file or the new one,
-never half of one). A file that is missing, unreadable, not pglock's, for another host
-or job, or older than STALE_AFTER refreshes is no roster: the host then contends (the safe
-side). A directory that cannot be written makes every trigger contend, and is said at most
-once a day (a marker in the temporary directory remembers when), and by `pglock doctor`.
+One directory per database, schema and host, in `candidates/` under pglock's state
+directory (settings.config.data_dir: $XDG_DATA_HOME/pglock, /var/lib/pglock for root,
+else ~/.local/share/pglock), and in it one small JSON file per job, readable by its user
+alone, written whole to a temporary file and renamed over the old one (a reader sees the
+old file or the new one, never half of one). A file's modification time is its job's
+last trigger on this host (each trigger touches it): one refresh asks for the rosters of
+every job of the directory that is due and still fired here, and keeps their times. A
+file that is missing, unreadable, not pglock's, for another host or job, or older than
+STALE_AFTER refreshes is no roster: the host then contends (the safe side). A directory
+that cannot be written makes every trigger contend, and is said at most once a day (a
+marker in the temporary directory remembers when), and by `pglock doctor`.
 """
 
 from __future__ import annotations
 
 import contextlib
+import fcntl
 import hashlib
 import json
 import logging
@@ -21,6 +25,7 @@ import os
 import random
 import tempfile
 import time
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -43,12 +48,27 @@ MAX_BYTES = 1 << 20
 
 @dataclass(frozen=True)
 class Roster:
-    """A job's roster as this host last learnt it."""
+    """A job's roster as this host last learnt it, and what its refresh tells the census."""
 
     hosts: tuple[str, ...]
     # When it was learnt, and when to learn it again (wall clock, seconds since the epoch).
     learnt_at: float
     refresh_at: float
+    # The job's ttl, this host's promise to the census (seconds), the roster's size.
+    ttl: float = 60.0
+    promise: float = 660.0
+    size: int = 64
+
+
+@dataclass(frozen=True)
+class Due:
+    """Another job of this host's whose roster a refresh may learn too."""
+
+    job: str
+    file: Path
+    roster: Roster
+    # Its last trigger here (the file's modification time).
+    fired_at: float
 
 
 def state_dir() -> Path:
@@ -57,10 +77,13 @@ def state_dir() -> Path:
 
 
 def path(target: Target, schema: str, host: str, job: str) -> Path:
-    """The file of one job's roster: named by a digest of the database (its DSN without a
-    password), the schema, this host and the job, so that any name is a file name."""
-    key = "\x1f".join((_database(target), schema, host, job)).encode("utf-8", "surrogatepass")
-    return state_dir() / f"{hashlib.sha256(key).hexdigest()[:32]}.json"
+    """The file of one job's roster: in the directory of the database (its DSN without a
+    password), the schema and this host, named by a digest of the job, so that any name
+    is a file name."""
+    where = "\x1f".join((_database(target), schema, host)).encode("utf-8", "surrogatepass")
+    name = job.encode("utf-8", "surrogatepass")
+    return (state_dir() / hashlib.sha256(where).hexdigest()[:24]
+            / f"{hashlib.sha256(name).hexdigest()[:32]}.json")
 
 
 def _database(target: Target) -> str:
@@ -89,12 +112,27 @@ def read(file: Path, *, job: str, host: str, refresh: float,
     from pglock.lock.candidates import STALE_AFTER
 
     now = time.time() if now is None else now
+    found = _load(file, job, host)
+    if found is None:
+        return None
+    age = now - found.learnt_at
+    if age > STALE_AFTER * refresh or age < -refresh:
+        log.info("job %r: the roster in %s is stale (learnt %.0fs ago): contending", job,
+                 file, age)
+        return None
+    return found
+
+
+def _load(file: Path, job: str | None, host: str) -> Roster | None:
+    """The roster in `file` if it is this host's (and `job`'s, unless None)."""
     try:
         with open(file, "rb") as handle:
             data = json.loads(handle.read(MAX_BYTES + 1))
         hosts = data["hosts"]
-        roster = Roster(tuple(hosts), float(data["learnt_at"]), float(data["refresh_at"]))
-        ours = (data["format"] == FORMAT and data["job"] == job and data["host"] == host
+        roster = Roster(tuple(hosts), float(data["learnt_at"]), float(data["refresh_at"]),
+                        float(data["ttl"]), float(data["promise"]), int(data["size"]))
+        ours = (data["format"] == FORMAT and (job is None or data["job"] == job)
+                and data["host"] == host and isinstance(data["job"], str)
                 and isinstance(hosts, list) and all(isinstance(h, str) for h in hosts))
     except FileNotFoundError:
         log.debug("job %r: no roster yet: contending", job)
@@ -105,12 +143,57 @@ def read(file: Path, *, job: str, host: str, refresh: float,
     if not ours:
         log.info("job %r: %s is not this job's roster: contending", job, file)
         return None
-    age = now - roster.learnt_at
-    if age > STALE_AFTER * refresh or age < -refresh:
-        log.info("job %r: the roster in %s is stale (learnt %.0fs ago): contending", job,
-                 file, age)
-        return None
     return roster
+
+
+def fired(file: Path) -> None:
+    """Mark this trigger of the file's job (its modification time): a refresh learns the
+    rosters of the jobs this host still fires, and of no job taken out of its crontab."""
+    with contextlib.suppress(OSError):
+        os.utime(file)
+
+
+def others(file: Path, host: str, now: float, horizon: float) -> list[Due]:
+    """The other jobs of `file`'s directory whose rosters are due within `horizon` and
+    that were fired here within their promise (a job no longer fired is left to go
+    stale, so that the census stops seeing this host for it)."""
+    found = []
+    for other in sorted(file.parent.glob("*.json")):
+        if other == file:
+            continue
+        try:
+            data = json.loads(other.read_bytes()[:MAX_BYTES])
+            job, fired_at = data["job"], other.stat().st_mtime
+        except (OSError, ValueError, KeyError, TypeError):
+            continue
+        roster = _load(other, job, host) if isinstance(job, str) else None
+        if (roster is not None and roster.refresh_at <= now + horizon
+                and now - fired_at <= roster.promise):
+            found.append(Due(job, other, roster, fired_at))
+    return found
+
+
+@contextlib.contextmanager
+def refreshing(file: Path) -> Iterator[bool]:
+    """Whether this trigger may refresh the rosters of `file`'s directory: one at a time
+    (the triggers of a host's jobs come at once; the others decide on the rosters they
+    have, due but not stale). False too when the directory cannot be used."""
+    try:
+        file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+        fd = os.open(file.parent / ".refresh.lock", os.O_RDWR | os.O_CREAT | os.O_CLOEXEC,
+                     0o600)
+    except OSError:
+        yield True
+        return
+    try:
+        try:
+            fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except OSError:
+            yield False
+            return
+        yield True
+    finally:
+        os.close(fd)
 
 
 def next_refresh(learnt_at: float, refresh: float, *, first: bool = False) -> float:
@@ -123,11 +206,14 @@ def next_refresh(learnt_at: float, refresh: float, *, first: bool = False) -> fl
     return learnt_at + until * random.uniform(low, high)
 
 
-def write(file: Path, job: str, host: str, roster: Roster) -> bool:
-    """Keep a roster of `job` on `host`: whole or not at all. False when the state
-    directory cannot be written (said at most once a day)."""
+def write(file: Path, job: str, host: str, roster: Roster,
+          fired_at: float | None = None) -> bool:
+    """Keep a roster of `job` on `host`: whole or not at all (`fired_at`: the job's last
+    trigger here, kept as the file's modification time; None: now). False when the
+    state directory cannot be written (said at most once a day)."""
     data = {"format": FORMAT, "job": job, "host": host, "hosts": list(roster.hosts),
-            "learnt_at": roster.learnt_at, "refresh_at": roster.refresh_at}
+            "learnt_at": roster.learnt_at, "refresh_at": roster.refresh_at,
+            "ttl": roster.ttl, "promise": roster.promise, "size": roster.size}
     try:
         file.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
         fd, temporary = tempfile.mkstemp(dir=file.parent, prefix=".roster-", suffix=".tmp")
@@ -136,6 +222,8 @@ def write(file: Path, job: str, host: str, roster: Roster) -> bool:
             with os.fdopen(fd, "wb") as handle:
                 handle.write(json.dumps(data, ensure_ascii=False).encode("utf-8",
                                                                          "surrogatepass"))
+            if fired_at is not None:
+                os.utime(temporary, (fired_at, fired_at))
             os.replace(temporary, file)
         except BaseException:
             with contextlib.suppress(OSError):

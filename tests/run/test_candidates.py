@@ -11,6 +11,7 @@ hosts away from a minute's edge, so that they all rank the same slot."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import time
 from dataclasses import dataclass
@@ -37,7 +38,7 @@ class Host:
 
     @property
     def roster_file(self) -> Path:
-        [file] = (self.home / "pglock" / "candidates").glob("*.json")
+        [file] = (self.home / "pglock" / "candidates").rglob("*.json")
         return file
 
 
@@ -239,6 +240,9 @@ def test_a_stale_or_corrupt_roster_makes_its_host_contend(env: Env, fleet: Any) 
     fired = hosts.fire("sync", *MINUTELY)
     assert fired[second][1] == 1 and fired[second][0] == Result(75, "", "")
     assert fired[third][1] == 0
+    # An operator's --rerun asks whatever its rank (the slot is done: 75).
+    fired = hosts.fire("sync", *MINUTELY, "--rerun", only=[third])
+    assert fired[third] == (Result(75, "", ""), 1)
 
 
 def test_a_state_directory_that_cannot_be_written_is_said_once_and_the_host_contends(
@@ -271,3 +275,33 @@ def test_a_literal_crontab_lines_hold_covers_the_later_candidates(
                               "FROM {schema}.locks WHERE job = 'adhoc'")
     # 23s from the trigger, less the moments from it to the acquire (20s without the steps).
     assert 20.5 < float(held_for) <= 23
+
+
+@pytest.mark.slow
+def test_one_statement_refreshes_the_rosters_of_a_hosts_jobs(env: Env, fleet: Any) -> None:
+    """A trigger that is no candidate and whose roster is due learns, in its one
+    statement, the rosters of its host's other jobs that are due and still fired there;
+    their files keep their last trigger's time, and the census sees the host for each."""
+    hosts = fleet(3, 1)
+    for job in ("sync", "report"):
+        hosts.warm_up(job)
+    slot = this_minute()
+    host = hosts.hosts[hosts.ranked("sync", slot)[-1]]
+    files = {json.loads(f.read_text())["job"]: f
+             for f in (host.home / "pglock" / "candidates").rglob("*.json")}
+    fired_at = time.time() - 30
+    for file in files.values():
+        data = json.loads(file.read_text())
+        data["refresh_at"] = time.time() - 1
+        file.write_text(json.dumps(data))
+        os.utime(file, (fired_at, fired_at))
+    env.query("UPDATE {schema}.attendance SET last_attempt = last_attempt - interval "
+              "'5 minutes' WHERE host = %s", (host.name,))
+    fired = hosts.fire("sync", *MINUTELY, only=[host.name])
+    assert fired[host.name] == (Result(75, "", ""), 1)
+    report = json.loads(files["report"].read_text())
+    assert report["learnt_at"] > fired_at + 20 and report["refresh_at"] > time.time() + 200
+    assert files["report"].stat().st_mtime == pytest.approx(fired_at, abs=0.01)
+    seen = dict(env.query("SELECT job, outcome FROM {schema}.attendance WHERE host = %s "
+                          "AND last_attempt > now() - interval '1 minute'", (host.name,)))
+    assert seen == {"sync": "standby", "report": "standby"}

@@ -8,6 +8,7 @@ import json
 import logging
 import os
 import stat
+import time
 from pathlib import Path
 
 import pytest
@@ -36,6 +37,13 @@ def test_a_roster_is_kept_whole_and_readable_by_its_user_alone(tmp_path: Path) -
     assert stat.S_IMODE(file.stat().st_mode) == 0o600
     assert stat.S_IMODE(file.parent.stat().st_mode) == 0o700
     assert read(file) == membership.Roster(("a", "b"), NOW, NOW + REFRESH)
+    # Written by a refresh of another job: its last trigger (the file's time) is kept.
+    assert membership.write(file, "sync", "a", membership.Roster(("a",), NOW, NOW),
+                            fired_at=NOW - 30)
+    assert file.stat().st_mtime == NOW - 30
+    membership.fired(file)
+    assert abs(file.stat().st_mtime - time.time()) < 5
+    assert kept(file)
     # Rewritten by a rename: no temporary file is left beside it.
     assert kept(file, hosts=("a", "b", "c"))
     assert [p.name for p in file.parent.iterdir()] == ["x.json"]
@@ -78,7 +86,9 @@ def test_each_database_schema_host_and_job_has_a_file_of_its_own(
     monkeypatch.setenv("XDG_DATA_HOME", str(tmp_path))
     dsn = Target("host=db1 dbname=ops password=secret", "--dsn")
     file = membership.path(dsn, "pglock", "web-1", "sync")
-    assert file.parent == tmp_path / "pglock" / "candidates"
+    assert file.parent.parent == tmp_path / "pglock" / "candidates"
+    # A host's jobs share a directory (one refresh asks for their rosters together).
+    assert membership.path(dsn, "pglock", "web-1", "other").parent == file.parent
     assert len({file, membership.path(dsn, "pglock", "web-1", "other"),
                 membership.path(dsn, "pglock", "web-2", "sync"),
                 membership.path(dsn, "other", "web-1", "sync"),
@@ -120,3 +130,34 @@ def test_the_next_refresh_is_spread_and_a_first_roster_is_learnt_again_soon() ->
     assert max(later) - min(later) > REFRESH / 4
     first = membership.next_refresh(NOW, REFRESH, first=True) - NOW
     assert first <= membership.FIRST_REFRESH
+
+
+def test_a_refresh_takes_the_other_jobs_due_and_still_fired_here(tmp_path: Path) -> None:
+    """One refresh asks for the rosters of the host's jobs that are due within its
+    horizon and were fired within their promise; a job no longer fired (taken out of the
+    crontab) is left to go stale."""
+    now = time.time()
+    directory = tmp_path / "host"
+
+    def job(name: str, refresh_at: float, fired_at: float) -> Path:
+        file = directory / f"{name}.json"
+        assert membership.write(file, name, "a", membership.Roster(
+            ("a",), now - 500, refresh_at, 60.0, 660.0, 64), fired_at=fired_at)
+        return file
+
+    mine = job("mine", now - 1, now)
+    job("due", now - 1, now - 100)
+    job("soon", now + 200, now - 100)
+    job("later", now + 400, now - 100)
+    job("dropped", now - 1, now - 700)
+    found = membership.others(mine, "a", now, 300)
+    assert sorted(due.job for due in found) == ["due", "soon"]
+    assert {due.fired_at for due in found} == {now - 100}
+
+
+def test_one_trigger_of_a_host_refreshes_at_a_time(tmp_path: Path) -> None:
+    file = tmp_path / "host" / "x.json"
+    with membership.refreshing(file) as first, membership.refreshing(file) as second:
+        assert (first, second) == (True, False)
+    with membership.refreshing(file) as again:
+        assert again
