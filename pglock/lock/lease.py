@@ -187,8 +187,8 @@ class Turn:
     step: float
     # It promises to be seen again within this (seconds): the census's silence for it.
     due: float
-    # How many hosts of the job's roster to return.
-    roster: int
+    # How many hosts of the job's roster to return (None: none, the host's is fresh).
+    roster: int | None
     # Its rank in the slot (None: it did not know it: no roster yet, or a stale one).
     rank: int | None = None
     # The hosts ranked above it.

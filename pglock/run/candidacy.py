@@ -119,8 +119,10 @@ class Candidacy:
         assert self.options.candidates is not None
         rank = self.rank if self.roster is not None else None
         above = tuple(self.order[:rank - 1]) if rank is not None else ()
+        # The roster only when this host's is due: a fresh one would be read for nothing.
+        size = ranking.roster_size(self.options.candidates) if self.due else None
         return Turn(self.options.candidates, self.options.candidate_step, self.promise,
-                    ranking.roster_size(self.options.candidates), rank, above)
+                    size, rank, above)
 
     def wait(self, gate: SignalGate) -> None:
         """Wait for this candidate's attempt: a step per rank above it after the trigger
