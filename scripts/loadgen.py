@@ -11,6 +11,7 @@ measured (its CPU, WAL and connections are read from /proc and the statistics vi
     scripts/loadgen storm [--hosts H] [--jobs J] [--jitter D] [--command-seconds C]
                           [--held] [--warm] [--candidates K [--candidate-step S]]
     scripts/loadgen refresh [--hosts H] [--jobs J] [--census-hosts N] [--candidates K]
+                            [--together]
 
 A throwaway embedded server is started (durable: fsync and synchronous_commit on, as a
 fleet's database) unless --dsn names one; --fast turns durability off (the test suite's
@@ -638,14 +639,16 @@ FROM unnest(%(jobs)s::text[]) AS job, generate_series(1, %(count)s) AS i
 
 
 def refreshes(server: Server, schema: str, *, hosts: int, jobs: int, census_hosts: int,
-              k: int, workers: int = 8) -> dict[str, Any]:
+              k: int, workers: int = 8, together: bool = False) -> dict[str, Any]:
     """H hosts x J jobs each learning its roster of a job as a trigger that is no
     candidate and whose roster is due does (Candidacy.refresh): a new connection, one
     members() statement, close; one job per statement (a host's refresh asks for all its
     due jobs in one: this is the dearer case). Two rounds (not measured) make each host's
     rows; the census is moved a minute back after each (every row due, as after a
-    refresh's ten minutes); the third round is measured. `census_hosts` more hosts per job in the
-    census show what a large fleet's refresh reads: the roster's size, not the fleet's."""
+    refresh's ten minutes); the third round is measured. `census_hosts` more hosts per
+    job in the census show what a large fleet's refresh reads: the roster's size, not the
+    fleet's. With `together`, each host asks for all its jobs' rosters in one statement,
+    as a host whose rosters are all due does."""
     names = [f"storm-{n}" for n in range(jobs)]
     with psycopg.connect(server.direct, autocommit=True) as conn:
         schema_module.ensure(conn, schema)
@@ -659,25 +662,28 @@ def refreshes(server: Server, schema: str, *, hosts: int, jobs: int, census_host
     latencies: list[float] = []
     lock = threading.Lock()
 
-    def one(host: int, job: int) -> None:
+    def one(host: int, asked: list[int]) -> None:
         began = clock.now()
         try:
             with psycopg.connect(server.target, autocommit=True, connect_timeout=10,
-                                 application_name=f"pglock run storm-{job} on host-{host}"
-                                 ) as conn:
+                                 application_name=f"pglock run storm-{asked[0]} on "
+                                                  f"host-{host}") as conn:
                 found = candidates.members(conn, schema, f"host-{host}", [{
                     "job": names[job], "slot": None, "ttl": 60.0, "due": 660.0,
-                    "size": size}])
+                    "size": size} for job in asked])
         except Exception as error:
             with lock:
                 errors.append(f"{type(error).__name__}: {error}")
             return
         with lock:
             latencies.append(clock.now() - began)
-            sizes.append(len(found[names[job]]))
+            sizes.extend(len(found[names[job]]) for job in asked)
+
+    statements = [(h, list(range(jobs))) for h in range(hosts)] if together else [
+        (h, [j]) for h in range(hosts) for j in range(jobs)]
 
     def round_() -> None:
-        pairs = iter([(h, j) for h in range(hosts) for j in range(jobs)])
+        pairs = iter(statements)
         taking = threading.Lock()
 
         def worker() -> None:
@@ -705,8 +711,9 @@ def refreshes(server: Server, schema: str, *, hosts: int, jobs: int, census_host
     before = server.snapshot()
     round_()
     after = server.snapshot()
-    result: dict[str, Any] = dict(costs(before, after, hosts * jobs))
-    result.update(hosts=hosts, jobs=jobs, census_hosts=census_hosts, roster_size=size,
+    result: dict[str, Any] = dict(costs(before, after, len(statements)))
+    result.update(hosts=hosts, jobs=jobs, jobs_per_statement=len(statements[0][1]),
+                  census_hosts=census_hosts, roster_size=size,
                   roster_p50=percentile([float(n) for n in sizes], 0.5),
                   refresh_p50_ms=1000 * percentile(latencies, 0.5),
                   refresh_p99_ms=1000 * percentile(latencies, 0.99),
@@ -982,6 +989,8 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
                              "teach each host its rosters; refresh: the roster's K")
     parser.add_argument("--candidate-step", type=float, default=10.0,
                         help="storm: --candidate-step seconds")
+    parser.add_argument("--together", action="store_true",
+                        help="refresh: each host's jobs in one statement")
     parser.add_argument("--census-hosts", type=int, default=0,
                         help="refresh: hosts the census knows for each job beyond the "
                              "--hosts that ask (rows written first)")
@@ -1001,7 +1010,8 @@ def measure(args: argparse.Namespace, server: Server) -> dict[str, Any]:
                         seconds=args.seconds)
     if args.load == "refresh":
         return refreshes(server, args.schema, hosts=args.hosts, jobs=args.jobs or 50,
-                         census_hosts=args.census_hosts, k=args.candidates or 3)
+                         census_hosts=args.census_hosts, k=args.candidates or 3,
+                         together=args.together)
     gate = None if args.candidates is None else Candidates(args.candidates,
                                                            args.candidate_step)
     return storm(server, args.schema, hosts=args.hosts, jobs=args.jobs or 50,
