@@ -216,6 +216,26 @@ _SLOW_PATH_FIRST = """        export PEX_ROOT
         fi
 """
 
+# Where pex, having found no Python the file's wheels are for, would print the 36 names it
+# looked for and exit 1 (or try a Python 3.10 and fail in a paragraph): one line and exit
+# 125 instead, as the Debian package's launcher has it. PEX_PYTHON and PEX_PYTHON_PATH
+# are pex's to judge.
+_FOUND = '    python_exe="$(find_python)"\nfi\n'
+_SUPPORTED = (f"sys.implementation.name == 'cpython' and {tuple(map(int, PYTHONS[0].split('.')))}"
+              f" <= sys.version_info[:2] <= {tuple(map(int, PYTHONS[-1].split('.')))}")
+_FOUND_CHECKED = _FOUND + f"""case "${{python_exe##*/}}" in
+    {"|".join("python" + p for p in PYTHONS)}) ;;
+    *)
+        if [ -z "${{PEX_PYTHON:-}}${{PEX_PYTHON_PATH:-}}" ] && ! {{ [ -n "${{python_exe}}" ] \\
+                && "${{python_exe}}" -c "import sys; sys.exit(not ({_SUPPORTED}))" \\
+                    >/dev/null 2>&1; }}; then
+            echo >&2 "pglock: this file runs on CPython {PYTHONS[0]} to {PYTHONS[-1]}" \\
+                "(python{PYTHONS[0]} ... python{PYTHONS[-1]} on PATH); found: ${{python_exe:-none}}"
+            exit 125
+        fi ;;
+esac
+"""
+
 
 def with_shared_root(target: Path) -> None:
     """The pex's /bin/sh header taught the shared root. Python finds a zip's members from
@@ -228,7 +248,8 @@ def with_shared_root(target: Path) -> None:
         raise SystemExit("the pex's /bin/sh header has changed: no INSTALLED_PEX in it "
                          "(scripts/package.py, with_shared_root)")
     choice = _PEX_ROOT_CHOICE.replace("{installed}", installed.group(1))
-    for old, new in ((_PEX_ROOT_LINE, choice), (_SLOW_PATH, _SLOW_PATH_FIRST + _SLOW_PATH)):
+    for old, new in ((_PEX_ROOT_LINE, choice), (_SLOW_PATH, _SLOW_PATH_FIRST + _SLOW_PATH),
+                     (_FOUND, _FOUND_CHECKED)):
         if header.count(old) != 1:
             raise SystemExit(f"the pex's /bin/sh header has changed: {old.strip()!r} is not "
                              "in it once (scripts/package.py, with_shared_root)")

@@ -40,6 +40,17 @@ for _name in list(os.environ):
         del os.environ[_name]
 
 
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """The long set runs only when `-m` names it (`-m long`): a plain run, `-m slow` or
+    `-m "not slow"` deselects it, and says how many it left out."""
+    if "long" in (config.getoption("markexpr") or ""):
+        return
+    left = [item for item in items if item.get_closest_marker("long")]
+    if left:
+        config.hook.pytest_deselected(items=left)
+        items[:] = [item for item in items if not item.get_closest_marker("long")]
+
+
 @pytest.fixture(scope="session")
 def pg_server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[EmbeddedServer | None]:
     """The embedded test server (None when PGLOCK_TEST_DSN names another one)."""

@@ -20,9 +20,9 @@ class Relay:
     first connection whose client sends `marker` (a statement's text), nothing the server
     says from then on reaches the client (`muted` is set): its reply is lost."""
 
-    def __init__(self, target: str) -> None:
+    def __init__(self, target: str, port: int = 0) -> None:
         self.target = target
-        self.listener = socket.create_server(("127.0.0.1", 0), backlog=64)
+        self.listener = socket.create_server(("127.0.0.1", port), backlog=64)
         self.port = self.listener.getsockname()[1]
         self.down = threading.Event()
         self.flowing = threading.Event()

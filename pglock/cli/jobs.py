@@ -142,13 +142,12 @@ def jobs(
     from pglock.cli import render
     from pglock.cli.app import connected
     from pglock.reports import configured
-    from pglock.reports import jobs as model
     from pglock.run import jobsfile
 
     path, wanted = jobsfile.every_job()
     shown_path = None if path is None else shown(str(path))
     with connected(dsn, schema, connect_timeout, "jobs") as (conn, place, name):
-        snapshot = model.read(conn, name)
+        snapshot = configured.read(conn, name)
     listed = configured.compare(wanted, snapshot.jobs)
     if as_json:
         render.show_json(configured.as_json(listed, shown_path))

@@ -187,7 +187,7 @@ def refuse_foreign(conn: psycopg.Connection[Any], schema: str) -> None:
     holds no table: one that holds someone else's (a `locks` of their own) would be read
     as an empty pglock schema (status, check OK - 0 jobs), and `run` would fail on it."""
     names = tables(conn, schema)
-    if names:
+    if names and not _versioned(conn, schema):
         shown = ", ".join(names[:3]) + (", ..." if len(names) > 3 else "")
         raise SchemaError(f"schema {schema!r} holds tables that are not pglock's ({shown}) "
                           "and no pglock version record: give pglock a schema of its own "
@@ -219,6 +219,17 @@ def create(conn: psycopg.Connection[Any], schema: str) -> None:
         raise DatabaseError("the server is read-only; pglock needs the primary") from error
     except psycopg.Error as error:
         raise SchemaError(f"cannot create schema {schema!r}: {first_line(error)}") from error
+
+
+def _versioned(conn: psycopg.Connection[Any], schema: str) -> bool:
+    """Whether the schema has pglock's version record now: read again after its tables
+    were seen, since another pglock may have committed its creation in between (100
+    hosts starting at once on a new schema)."""
+    try:
+        with conn.transaction():
+            return conn.execute(query(_READ_VERSION, schema)).fetchone() is not None
+    except (psycopg.errors.UndefinedTable, psycopg.errors.InvalidSchemaName):
+        return False
 
 
 def _check(row: tuple[Any, ...] | None, schema: str) -> None:

@@ -174,6 +174,17 @@ class Census:
                 return row.candidates, row.step or 0.0
         return None
 
+    @property
+    def ttls(self) -> dict[float, list[str]]:
+        """The ttls the hosts that fire the job ran it with, each with its hosts: more
+        than one is drift (docs/ha.md, "One ttl per job": the wait after a promotion is as
+        long as the longest)."""
+        found: dict[float, list[str]] = {}
+        for a in self.attending:
+            if a.ttl is not None:
+                found.setdefault(a.ttl, []).append(a.host)
+        return dict(sorted(found.items()))
+
 
 def read(conn: psycopg.Connection[Any], schema_name: str,
          job: str | None = None) -> dict[str, list[Attendance]]:

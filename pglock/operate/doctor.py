@@ -20,7 +20,7 @@ from pglock.errors import DatabaseError, PglockError
 from pglock.lock import heartbeat
 from pglock.operate import platforms
 from pglock.settings.config import Target
-from pglock.settings.durations import format_bound
+from pglock.settings.durations import format_bound, format_duration
 
 # Below this, advisory mode's session settings (idle_session_timeout) and
 # `clear --terminate`'s pg_terminate_backend(pid, timeout) do not exist.
@@ -470,6 +470,17 @@ def census_finding(found: Any) -> Finding:
         advice.append("check those hosts' crontabs and pglock (one that cannot run this "
                       "schema's version stops attempting), or pglock forget-host NAME for a "
                       "host retired")
+    drifting = found.drifting
+    if drifting:
+        named = "; ".join(
+            f"{escaped(job)} ("
+            + ", ".join(f"{format_duration(ttl)} on {', '.join(map(escaped, hosts))}"
+                        for ttl, hosts in ttls.items()) + ")"
+            for job, ttls in list(drifting.items())[:10])
+        problems.append(f"hosts of one job on different ttls: {named}"
+                        + (f" and {len(drifting) - 10} more" if len(drifting) > 10 else ""))
+        advice.append("give every host of a job one ttl (the jobs file's `ttl`; the wait "
+                      "after a promotion is the longest: docs/ha.md, \"One ttl per job\")")
     if not problems:
         return Finding("census", Level.OK, f"{detail}; none silent")
     return Finding("census", Level.WARN, f"{detail}; " + "; ".join(problems), "; ".join(advice))

@@ -216,11 +216,25 @@ def _silence(found: Attendance, now: datetime) -> str:
     return f"{found.host} ({when}{whole})"
 
 
+def _ttl_drift(job: Job, now: datetime) -> str:
+    assert job.census is not None
+    return (f"its hosts run it with different ttls: {ttl_drift(job)} (the wait after a "
+            "promotion is the longest: give every host one ttl; docs/ha.md)")
+
+
+def ttl_drift(job: Job) -> str:
+    """`30s on web-1, web-2; 45s on web-3`: the ttls the job's hosts ran it with."""
+    assert job.census is not None
+    return "; ".join(f"{format_duration(ttl)} on {', '.join(hosts)}"
+                     for ttl, hosts in job.census.ttls.items())
+
+
 # Each problem's reason, as the line under the summary says it.
 REASONS: dict[Problem, Callable[[Job, datetime], str]] = {
     Problem.DEAD: _dead, Problem.STALE: _stale, Problem.FAILED: _failed, Problem.OVERDUE: _overdue,
     Problem.SLOW: _slow, Problem.UNREADABLE: _unreadable, Problem.PAUSED: _paused,
     Problem.SKIPPED_RUNNING: _skipped_running, Problem.SILENT_HOST: _silent_host,
+    Problem.TTL_DRIFT: _ttl_drift,
 }
 
 
@@ -247,7 +261,7 @@ def level(job: Job, problem: Problem, thresholds: Thresholds) -> PluginStatus:
         case Weight.SKIPPED:
             return (PluginStatus.WARNING if job.skipped.streak >= thresholds.skipped_warning
                     else PluginStatus.OK)
-        case Weight.SILENT:
+        case Weight.SILENT | Weight.DRIFT:
             return PluginStatus.WARNING
 
 

@@ -73,6 +73,19 @@ class Roll:
     def skewed(self) -> list[Host]:
         return [host for host in self.hosts if host.skewed]
 
+    @property
+    def drifting(self) -> dict[str, dict[float, list[str]]]:
+        """The jobs whose hosts run them with different ttls: each ttl with its hosts (of
+        the hosts attending the job; docs/ha.md, "One ttl per job")."""
+        by_job: dict[str, dict[float, list[str]]] = {}
+        for host in self.hosts:
+            for found in host.jobs:
+                if found.standing is Standing.ATTENDING and found.ttl is not None:
+                    by_job.setdefault(found.job, {}).setdefault(found.ttl, []).append(
+                        host.name)
+        return {job: dict(sorted(ttls.items())) for job, ttls in sorted(by_job.items())
+                if len(ttls) > 1}
+
 
 def version_key(version: str) -> tuple[Any, ...]:
     """A pglock version for ordering (PEP 440's common forms): its release numbers, then a

@@ -241,6 +241,8 @@ class Weight(enum.Enum):
     SKIPPED = "skipped"
     # WARNING: a host stopped attempting the job (the census; --silent-after).
     SILENT = "silent"
+    # WARNING: the hosts that fire the job run it with different ttls (the census).
+    DRIFT = "drift"
 
 
 class Problem(enum.StrEnum):
@@ -274,6 +276,10 @@ class Problem(enum.StrEnum):
     # A host that attempted the job before has stopped (the census: lock/census.py);
     # judged only when the census was read.
     SILENT_HOST = ("silent_host", Weight.SILENT, True)
+    # The hosts that fire the job run it with different ttls (the census): the wait after
+    # a promotion is as long as the longest, and a ttl first used in the replication lag
+    # before an asynchronous failover is not waited out (docs/ha.md, "One ttl per job").
+    TTL_DRIFT = ("ttl_drift", Weight.DRIFT, False)
 
 
 @dataclass(frozen=True)
@@ -526,10 +532,12 @@ def attended(job: Job, rows: list[census.Attendance],
                                job.due.grace if job.due is not None else None, job.windows)
     cutoff = census.since(recorded, job.now, after)
     found = census.judged(rows, job.now, cutoff, after)
-    problems: tuple[Problem, ...] = tuple(p for p in job.problems
-                                          if p is not Problem.SILENT_HOST)
+    problems: tuple[Problem, ...] = tuple(p for p in job.problems if p not in (
+        Problem.SILENT_HOST, Problem.TTL_DRIFT))
     if found.silent:
         problems = (*problems, Problem.SILENT_HOST)
+    if len(found.ttls) > 1:
+        problems = (*problems, Problem.TTL_DRIFT)
     return replace(job, census=found, problems=problems)
 
 

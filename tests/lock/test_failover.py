@@ -133,7 +133,7 @@ def waited_out(env: Env, job: str, ttl: float) -> None:
 
 def test_advisory_holder_takes_its_lock_back_on_the_new_primary(env: Env, pair: Pair) -> None:
     marks, release, ran = env.tmp / "marks", env.tmp / "release", env.tmp / "ran"
-    holder = env.popen("run", "--job", "ha", "--mode", "advisory", "--ttl", "60s", "--",
+    holder = env.popen("run", "--job", "ha", "--mode", "advisory", "--ttl", "30s", "--",
                        *held_command(marks, release))
     env.wait_for(lambda: marks.exists(), what="the holder's command")
     before = lock_row(env, "ha")
@@ -160,12 +160,12 @@ def test_advisory_holder_takes_its_lock_back_on_the_new_primary(env: Env, pair: 
     assert holder.returncode == 0
     [run] = env.runs("ha")
     assert (run["outcome"], run["fencing_token"]) == ("succeeded", before[1])
-    following = env.run("run", "--job", "ha", "--mode", "advisory", "--rerun", "--", "true",
-                        timeout=90)
+    following = env.run("run", "--job", "ha", "--mode", "advisory", "--rerun", "--ttl",
+                        "30s", "--", "true", timeout=90)
     assert (following.returncode, following.stderr) == (0, "")
     # The first token of the new timeline (timeline 2), above every token of the old one.
     assert [r["fencing_token"] for r in env.runs("ha")] == [before[1], (1 << 32) + 1]
-    waited_out(env, "ha", 60)
+    waited_out(env, "ha", 30)
     assert not ran.exists()
     timeline.show(env, "ha")
 

@@ -166,8 +166,10 @@ def test_an_unscheduled_host_is_silent_past_twice_its_usual_interval(env: Env) -
     assert {h: r["standing"] for h, r in rows.items()} == {"web-1": "attending",
                                                             "web-2": "attending"}
     assert 60 <= rows["web-2"]["usual_interval"] < 90  # a minute, and the runs between
-    env.query("UPDATE {schema}.attendance SET last_attempt = now() - interval '125 seconds' "
-              "WHERE host = 'web-2'")
+    # Past twice its usual interval (the runs between, on a loaded machine, lengthen it).
+    past = 2 * rows["web-2"]["usual_interval"] + 5
+    env.query("UPDATE {schema}.attendance SET last_attempt = now() - %s * interval '1 s' "
+              "WHERE host = 'web-2'", (past,))
     _, rows = standing(env, "loop")
     assert {h: r["standing"] for h, r in rows.items()} == {"web-1": "attending",
                                                             "web-2": "silent"}
@@ -268,7 +270,8 @@ def test_one_attempt_a_minute_is_recorded_and_a_later_win_in_it_too(env: Env) ->
     """The census's throttle: a host's row of a job is rewritten at most once a minute of
     the database's clock; a win after a loss in the same minute (--wait) records it ran."""
     for _ in range(3):
-        holder = env.popen("run", "--job", "waited", "--min-hold", "0", "--", "sleep", "2",
+        # Long enough to hold through two losers on a loaded machine.
+        holder = env.popen("run", "--job", "waited", "--min-hold", "0", "--", "sleep", "6",
                            env={"PGLOCK_HOST": "web-1"})
         env.wait_for(lambda: env.runs("waited"), what="the holder's run")
         on(env, "web-2", "--job", "waited", "--", "true")

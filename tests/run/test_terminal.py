@@ -193,9 +193,12 @@ def test_a_stop_of_pglocks_group_from_outside_and_fg_stop_nothing_twice(env: Env
             shell.shown)
         shell.type("line\n")
         assert shell.text(got, "the command's line") == "got=line"
+        # Recorded before the shell (and its terminal) goes: pglock writes the end after
+        # the command's.
+        env.wait_for(lambda: [r["outcome"] for r in env.runs("outside")] == ["succeeded"],
+                     what="the run's end")
     finally:
         shell.close()
-    assert [r["outcome"] for r in env.runs("outside")] == ["succeeded"]
 
 
 def test_a_stop_signal_reaches_a_stopped_command_with_sigcont(env: Env) -> None:

@@ -3,6 +3,7 @@ who of a job's hosts attends it, who went silent and when, and how every report 
 
 from __future__ import annotations
 
+import dataclasses
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -315,3 +316,64 @@ def test_status_names_the_jobs_candidates() -> None:
     assert judged.census is not None
     line = census_screens.census_line("sync", judged.census, now)
     assert line.endswith("candidates: 3 per slot, 10s apart (pglock hosts --job sync --next)")
+
+
+def ttl_row(host: str, ttl: float, now: datetime) -> Attendance:
+    """A host attending the minutely job now, with its ttl."""
+    found = row(host, at=now - timedelta(seconds=2), slot=now - timedelta(seconds=2))
+    return Attendance(found.job, found.host, found.first_attempt, found.last_attempt,
+                      found.outcome, found.slot, ttl, found.gaps, found.repeated, found.lost,
+                      found.version, found.python, found.last_seen)
+
+
+def test_hosts_of_one_job_on_different_ttls_are_drift_in_check_jobs_and_doctor() -> None:
+    """Runs of one job at 30 s and 45 s used to show nothing anywhere (issue 42, case 3):
+    the wait after a promotion is as long as the longest, and a longer ttl first used in
+    the replication lag before an asynchronous failover is not waited out."""
+    from pglock.operate.doctor import census_finding
+    from pglock.reports import configured
+
+    now = T0 + timedelta(minutes=5)
+    drifting = census_job(ttl_row("web-1", 30.0, now), ttl_row("web-2", 30.0, now),
+                          ttl_row("web-3", 45.0, now))
+    assert drifting.census is not None
+    assert drifting.census.ttls == {30.0: ["web-1", "web-2"], 45.0: ["web-3"]}
+    assert Problem.TTL_DRIFT in drifting.problems
+    report = check.evaluate(jobs.Snapshot(now, [drifting]), check.Thresholds())
+    assert report.status is check.PluginStatus.WARNING
+    assert check.render_text(report).splitlines()[1] == (
+        "WARNING: sync: its hosts run it with different ttls: 30s on web-1, web-2; 45s on "
+        "web-3 (the wait after a promotion is the longest: give every host one ttl; "
+        "docs/ha.md)")
+    assert configured.notes(None, drifting) == (
+        "not in the jobs file", "hosts run it with different ttls: 30s on web-1, web-2; 45s "
+        "on web-3")
+    roll = hosts.Roll(now, [hosts.Host(a.host, a.version, a.python, T0, now, (a,))
+                            for a in drifting.census.hosts], "0.1.0")
+    finding = census_finding(roll)
+    assert finding.level.name == "WARN"
+    assert "hosts of one job on different ttls: sync (30s on web-1, web-2, 45s on web-3)" \
+        in finding.detail
+    # One ttl: no drift, anywhere.
+    one = census_job(ttl_row("web-1", 30.0, now), ttl_row("web-3", 30.0, now))
+    assert Problem.TTL_DRIFT not in one.problems
+    assert check.evaluate(jobs.Snapshot(now, [one]), check.Thresholds()).status \
+        is check.PluginStatus.OK
+    assert configured.notes(None, one) == ("not in the jobs file",)
+
+
+def test_a_jobs_files_ttl_other_than_its_hosts_is_noted() -> None:
+    from pathlib import Path
+
+    from pglock.reports import configured
+    from pglock.run.jobsfile import ConfiguredJob
+
+    now = T0 + timedelta(minutes=5)
+    ran = dataclasses.replace(census_job(ttl_row("web-1", 30.0, now)), last_run_id=1)
+    wanted = ConfiguredJob("sync", Path("jobs.toml"), {"command": ["true"], "ttl": "45s",
+                                                        "schedule": "* * * * *"})
+    assert configured.notes(wanted, ran)[-1:] == (
+        "ttl differs: file 45s, hosts ran 30s on web-1",)
+    same = ConfiguredJob("sync", Path("jobs.toml"), {"command": ["true"], "ttl": "30s",
+                                                      "schedule": "* * * * *"})
+    assert not any("ttl" in note for note in configured.notes(same, ran))
