@@ -88,11 +88,20 @@ class Fleet:
 
     def warm_up(self, job: str, *args: str) -> None:
         """Two triggers of the job on every host: the first contend (no roster yet) and
-        learn the hosts that asked before them, the second learn them all."""
+        learn the hosts that asked before them, the second learn them all. The second
+        finds the job paused: each candidate's acquire still answers the roster, and no
+        one wins, so no winner of rank 2 in a partial roster marks the hosts above it as
+        having passed their turn (a rerun of the minute within 1.5 steps, which only these
+        compressed triggers make: --min-hold 0, steps of 1 s, the same minute)."""
         for extra in (("--candidates-refresh", "1s"), ()):
+            if not extra:
+                paused = self.env.run("pause", "--job", job, "--reason", "warm-up")
+                assert paused.returncode == 0, paused
             for result, _ in self.fire(job, "--min-hold", "0", *args, *extra).values():
                 assert result.returncode in (0, 75) and result.stderr == "", result.stderr
             time.sleep(1.1)
+        resumed = self.env.run("resume", "--job", job)
+        assert resumed.returncode == 0, resumed
 
     def ranked(self, job: str, slot: datetime) -> list[str]:
         """The slot's hosts in rank order, as `pglock hosts --slot` gives them."""
