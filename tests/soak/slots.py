@@ -30,8 +30,9 @@ A host's part in a missed slot is accounted for when its invocation for the slot
   lost to that wait is a defect;
 - never happened because the host was frozen when cron would have fired it;
 - (`--candidates`) was no candidate of the slot and asked nothing (its event log says
-  so): the slot's candidates were the others; a miss whose every part is that, with no
-  fault among the other parts, is a defect (a slot nobody was a candidate of).
+  so): the slot's candidates were the others; a miss with such parts is explained only
+  when a fault took at least K of the other parts (every candidate dead); fewer is a
+  defect (a live candidate that did not try its turn, or rosters that disagree).
 
 Clock offsets never account for anything: they stay within the documented bound, where
 pglock promises the same slot on every host (docs/schedules.md).
@@ -216,8 +217,13 @@ def explain_miss(spec: JobSpec, slot: float, runs: list[Run], invocations: list[
             reasons.append(f"{host}: {what}: held by run {cause.id} ({cause.outcome})")
         else:
             reasons.append(f"{host}: {what}: {cause.kind}")
-    if standing_by and not reasons and not unexplained:
-        unexplained.append("no host was a candidate of the slot, and no fault took one")
+    # Each host that stood by ranked K others above it: the slot is missed only if a fault
+    # took K hosts' parts (every candidate dead, docs/fleet.md); fewer, and a live
+    # candidate did not try its turn (rosters that disagree, a step not taken): a defect.
+    k = min(spec.candidates or 1, len(history.hosts))
+    if standing_by and not unexplained and len(reasons) < k:
+        unexplained.append(f"{len(standing_by)} host(s) not candidates of the slot, and a "
+                           f"fault took {len(reasons)} of its {k} candidates' parts")
     return reasons + standing_by, unexplained
 
 
