@@ -125,8 +125,10 @@ class Cron:
         # Verbose: a pglock that fails leaves its traceback in the host's log (it says
         # nothing more when all goes well).
         env.update(PGLOCK_DSN=host.dsn, PGLOCK_SCHEMA="pglock", PGLOCK_VERBOSE="1",
-                   # Each host's state (--candidates' rosters) of its own, in the soak's.
-                   XDG_DATA_HOME=str(self.out / f"state-{host.name}"))
+                   # Each host its own name in the census (the namespaces share the
+                   # machine's host name: as one host, every trigger of cron-candidates
+                   # ranked itself first) and its own state (--candidates' rosters).
+                   PGLOCK_HOST=host.name, XDG_DATA_HOME=str(self.out / f"state-{host.name}"))
         offset = self.offsets[host.name]
         if offset and self.shim is not None:
             # The wall clock only: pglock's stopwatch (CLOCK_BOOTTIME) is the kernel's.
