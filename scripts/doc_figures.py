@@ -39,6 +39,7 @@ DEFAULT_TTL = parse_duration(str(DEFAULTS["ttl"]))
 COUNTS: dict[str, Bounds] = {
     "--retries": durations.RETRIES, "--limit": durations.SEATS,
     "--catch-up-limit": durations.CATCH_UP_LIMIT, "history --limit": durations.HISTORY_LIMIT,
+    "--candidates": durations.CANDIDATES,
 }
 
 

@@ -9,7 +9,9 @@ measured (its CPU, WAL and connections are read from /proc and the statistics vi
     scripts/loadgen acquire [--workers N] [--jobs K] [--seconds S] [--reuse] [--pgbouncer]
     scripts/loadgen renew [--holders N] [--workers N] [--seconds S] [--pgbouncer]
     scripts/loadgen storm [--hosts H] [--jobs J] [--jitter D] [--command-seconds C]
-                          [--held] [--warm]
+                          [--held] [--warm] [--candidates K [--candidate-step S]]
+    scripts/loadgen refresh [--hosts H] [--jobs J] [--census-hosts N] [--candidates K]
+                            [--together]
 
 A throwaway embedded server is started (durable: fsync and synchronous_commit on, as a
 fleet's database) unless --dsn names one; --fast turns durability off (the test suite's
@@ -38,16 +40,18 @@ import threading
 import time
 from collections import defaultdict
 from collections.abc import Iterator, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
 import psycopg
 from psycopg import sql
 
+from pglock.db import schema as schema_module
 from pglock.db.database import Reconnecting
 from pglock.db.embedded import SERVER_USER, EmbeddedServer
-from pglock.lock import advisory, clock, lease, ledger
+from pglock.lock import advisory, candidates, clock, lease, ledger
 from pglock.lock.heartbeat import Renewer
 from pglock.lock.ledger import Outcome, RunResult
 from pglock.run import keeping, record
@@ -76,18 +80,23 @@ class Contender:
 
     def __init__(self, conninfo: str, schema: str, job: str, holder: str, *,
                  ttl: float = 60.0, mode: str = "lease", min_hold: float | None = None,
-                 jitter: float = 0.0, connect_timeout: float = 10.0) -> None:
+                 jitter: float = 0.0, connect_timeout: float = 10.0,
+                 turn: lease.Turn | None = None) -> None:
         self.started = clock.now()
+        # With a turn (--candidates), its hold covers the later candidates' attempts.
+        gated = {} if turn is None else {"candidates": turn.candidates,
+                                         "candidate_step": turn.step}
         self.options = RunOptions(job=job, command=["true"], schema=schema, ttl=ttl,
                                       mode=mode, holder=holder, min_hold=min_hold,
-                                      jitter=jitter, connect_timeout=connect_timeout)
+                                      jitter=jitter, connect_timeout=connect_timeout,
+                                      **gated)
         # As Slot.open builds them.
         self.session = Reconnecting(
             conninfo, application_name=f"pglock run {job} on {holder}", timeout=connect_timeout,
             user_timeout=2 * advisory.CHECK_INTERVAL if mode == "advisory" else None)
         # The simulated host's name is its census name too, as PGLOCK_HOST would make it.
         self.claim = lease.Claim(job=self.options.job, schema=schema, ttl=ttl, mode=mode,
-                                 holder=holder, host=holder)
+                                 holder=holder, host=holder, turn=turn)
         self.sent: float | None = None
         self.run_id: int | None = None
         self.renewer: Renewer | None = None
@@ -348,6 +357,8 @@ class Tally:
 
     wins: int = 0
     losses: int = 0
+    # --candidates: contenders that were no candidate, and asked nothing.
+    stood_by: int = 0
     errors: list[str] = field(default_factory=list)
     latencies: list[float] = field(default_factory=list)
     tenures: list[Tenure] = field(default_factory=list)
@@ -524,48 +535,189 @@ def age_census(conninfo: str, schema: str) -> None:
         conn.execute("CHECKPOINT")
 
 
+@dataclass
+class Candidates:
+    """--candidates K: each simulated host's roster of each job (learnt from its acquire,
+    as pglock keeps it in a file), and the turn it ranks the storm's slot by."""
+
+    k: int
+    step: float
+    at: datetime = field(default_factory=lambda: candidates.turn_of(datetime.now(UTC)))
+    rosters: dict[tuple[int, int], list[str]] = field(default_factory=dict)
+
+    def plan(self, host: int, job: int) -> tuple[int | None, lease.Turn] | None:
+        """The contender's rank and turn (rank None: no roster yet, it contends at once),
+        or None: not a candidate, it asks nothing."""
+        roster = self.rosters.get((host, job))
+        name, job_name = f"host-{host}", f"storm-{job}"
+        turn = lease.Turn(self.k, self.step, 600.0 + 60.0, candidates.roster_size(self.k))
+        if roster is None:
+            return None, turn
+        # A roster learnt in the warm-up is fresh: the acquire does not read it again.
+        turn = replace(turn, roster=None)
+        rank = candidates.rank(job_name, self.at, name, roster, self.k)
+        if rank is None or rank > self.k:
+            return None
+        order = candidates.ranked(job_name, self.at, [*roster, name])
+        return rank, replace(turn, rank=rank, passed=tuple(order[:rank - 1]))
+
+    def learnt(self, host: int, job: int, roster: list[str] | None) -> None:
+        """Keep the roster a contender's acquire answered (as its host's file would)."""
+        if roster is not None:
+            self.rosters[(host, job)] = roster
+
+
 def storm(server: Server, schema: str, *, hosts: int, jobs: int, jitter: float,
           command_seconds: float, connect_timeout: float = 10.0, held: bool = False,
-          warm: bool = False) -> dict[str, Any]:
+          warm: bool = False, gate: Candidates | None = None) -> dict[str, Any]:
     """H hosts x J jobs fired at the same instant (cron's :00), each host's run of each
     job sleeping a random 0..jitter first (--jitter); the winner of each job holds for
     command_seconds. Latency: from a contender's own start (after its jitter) to its
     answer; the storm lasts until the last contender has its answer. With `warm`, two
     storms first (not measured) make the schema and the census's rows, which are then
     moved a minute back (every host's row due, as at a minutely fleet's next :00); with
-    `held`, a running holder has every job: every contender of the storm measured loses."""
+    `held`, a running holder has every job: every contender of the storm measured loses.
+    With `gate` (--candidates K), the warm-up storms (at least two, every host contending:
+    none has a roster yet) teach each host its roster of each job, and in the storm
+    measured only each job's K candidates ask, the one of rank r (r-1) steps after the
+    instant it fires."""
     names = [f"storm-{n}" for n in range(jobs)]
     # Two storms at least: the first makes each host's row of each job, the second (its
     # second attempt) adds the job to those the host attends, once in the pair's life;
     # more while a contender failed in one (a loaded server's schema creation timing out).
     # Without a census (before schema version 9), one.
-    for _ in range(4 if warm else 0):
+    for round_ in range(4 if warm or gate else 0):
+        warming = None if gate is None else replace(gate, rosters={})
         _fire(server, schema, hosts=hosts, jobs=jobs, jitter=0.0, command_seconds=0.0,
-              connect_timeout=connect_timeout, min_hold=0.0)
-        age_census(server.direct, schema)
-        if _attended(server.direct, schema) in (None, hosts * jobs):
+              connect_timeout=connect_timeout, min_hold=0.0, gate=warming)
+        if gate is not None and warming is not None:
+            gate.rosters.update(warming.rosters)
+        if warm:
+            age_census(server.direct, schema)
+        if round_ >= 1 and _attended(server.direct, schema) in (None, hosts * jobs):
             break
-    warmed = _runs(server.direct, schema) if warm else 0
+    warmed = _runs(server.direct, schema) if warm or gate else 0
     holders = occupy(server, schema, names, "lease") if held else []
     fired = _fire(server, schema, hosts=hosts, jobs=jobs, jitter=jitter,
-                  command_seconds=command_seconds, connect_timeout=connect_timeout)
+                  command_seconds=command_seconds, connect_timeout=connect_timeout, gate=gate)
     tally, before, after = fired.tally, fired.before, fired.after
     tally.tenures += vacate(holders, before.wall, after.wall)
-    result: dict[str, Any] = dict(costs(before, after, hosts * jobs))
+    asked = tally.wins + tally.losses + len(tally.errors)
+    result: dict[str, Any] = dict(costs(before, after, asked))
     result.update(
-        hosts=hosts, jobs=jobs, jitter_s=jitter, wins=tally.wins, losses=tally.losses,
+        hosts=hosts, jobs=jobs, jitter_s=jitter, candidates=None if gate is None else gate.k,
+        contenders=asked, stood_by=tally.stood_by, wins=tally.wins, losses=tally.losses,
+        server_cpu_per_slot_ms=None if result["server_cpu_ms"] is None
+        else result["server_cpu_ms"] * asked / jobs,
         errors=len(tally.errors), first_errors=error_kinds(tally.errors),
         peak_client_connections=fired.peak_open,
         peak_server_backends=max(fired.samples, default=0),
         acquire_p50_ms=1000 * percentile(tally.latencies, 0.5),
         acquire_p99_ms=1000 * percentile(tally.latencies, 0.99),
         last_answer_s=max(fired.answers, default=fired.t0) - fired.t0,
+        # The last answer less the steps the candidates waited by design: the storm's own.
+        last_answer_less_steps_s=max(fired.unstepped, default=0.0),
         overlaps=overlaps(tally.tenures),
         runs_table=runs_table_problems(server.direct, schema, tally.tenures, warmed))
     winners: dict[str, int] = defaultdict(int)
     for tenure in tally.tenures:
         winners[tenure.job] += 1
     result["jobs_not_run_once"] = sorted(j for j in names if winners[j] != 1)
+    return result
+
+
+# Hosts the census knows for each job beyond those that ask: rows as a fleet's hosts
+# leave them, each seen a moment ago and promising to be seen again (--candidates-refresh
+# 10m + a minute), so that every one of them is in the job's roster but for its size.
+CENSUS_HOSTS = """
+INSERT INTO {schema}.attendance (job, host, first_attempt, ttl, outcome, last_attempt, due,
+                                 roster_key)
+SELECT job, 'census-' || i, now(), interval '60 seconds', 'standby', now(),
+       interval '660 seconds', {schema}.roster_key(job, 'census-' || i)
+FROM unnest(%(jobs)s::text[]) AS job, generate_series(1, %(count)s) AS i
+"""
+
+
+def refreshes(server: Server, schema: str, *, hosts: int, jobs: int, census_hosts: int,
+              k: int, workers: int = 8, together: bool = False) -> dict[str, Any]:
+    """H hosts x J jobs each learning its roster of a job as a trigger that is no
+    candidate and whose roster is due does (Candidacy.refresh): a new connection, one
+    members() statement, close; one job per statement (a host's refresh asks for all its
+    due jobs in one: this is the dearer case). Two rounds (not measured) make each host's
+    rows; the census is moved a minute back after each (every row due, as after a
+    refresh's ten minutes); the third round is measured. `census_hosts` more hosts per
+    job in the census show what a large fleet's refresh reads: the roster's size, not the
+    fleet's. With `together`, each host asks for all its jobs' rosters in one statement,
+    as a host whose rosters are all due does."""
+    names = [f"storm-{n}" for n in range(jobs)]
+    with psycopg.connect(server.direct, autocommit=True) as conn:
+        schema_module.ensure(conn, schema)
+        if census_hosts:
+            conn.execute(sql.SQL(CENSUS_HOSTS).format(schema=sql.Identifier(schema)),
+                         {"jobs": names, "count": census_hosts})
+            conn.execute("VACUUM ANALYZE")
+    size = candidates.roster_size(k)
+    sizes: list[int] = []
+    errors: list[str] = []
+    latencies: list[float] = []
+    lock = threading.Lock()
+
+    def one(host: int, asked: list[int]) -> None:
+        began = clock.now()
+        try:
+            with psycopg.connect(server.target, autocommit=True, connect_timeout=10,
+                                 application_name=f"pglock run storm-{asked[0]} on "
+                                                  f"host-{host}") as conn:
+                found = candidates.members(conn, schema, f"host-{host}", [{
+                    "job": names[job], "slot": None, "ttl": 60.0, "due": 660.0,
+                    "size": size} for job in asked])
+        except Exception as error:
+            with lock:
+                errors.append(f"{type(error).__name__}: {error}")
+            return
+        with lock:
+            latencies.append(clock.now() - began)
+            sizes.extend(len(found[names[job]]) for job in asked)
+
+    statements = [(h, list(range(jobs))) for h in range(hosts)] if together else [
+        (h, [j]) for h in range(hosts) for j in range(jobs)]
+
+    def round_() -> None:
+        pairs = iter(statements)
+        taking = threading.Lock()
+
+        def worker() -> None:
+            while True:
+                with taking:
+                    pair = next(pairs, None)
+                if pair is None:
+                    return
+                one(*pair)
+
+        threads = [threading.Thread(target=worker) for _ in range(workers)]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+
+    # Two rounds first: the first makes each host's row of each job, the second adds the
+    # job to those the host attends (once in the pair's life, logged): the third is a
+    # steady fleet's refresh.
+    for _ in range(2):
+        round_()
+        age_census(server.direct, schema)
+    sizes.clear()
+    latencies.clear()
+    before = server.snapshot()
+    round_()
+    after = server.snapshot()
+    result: dict[str, Any] = dict(costs(before, after, len(statements)))
+    result.update(hosts=hosts, jobs=jobs, jobs_per_statement=len(statements[0][1]),
+                  census_hosts=census_hosts, roster_size=size,
+                  roster_p50=percentile([float(n) for n in sizes], 0.5),
+                  refresh_p50_ms=1000 * percentile(latencies, 0.5),
+                  refresh_p99_ms=1000 * percentile(latencies, 0.99),
+                  errors=len(errors), first_errors=error_kinds(errors))
     return result
 
 
@@ -599,14 +751,38 @@ class Fired:
     answers: list[float]
     peak_open: int
     samples: list[int]
+    # Each answer's time from the instant it fired, less the steps its contender waited.
+    unstepped: list[float] = field(default_factory=list)
+
+
+def _wait(until: float, jitter: float) -> None:
+    """Until a candidate's turn (the stopwatch), then a random --jitter."""
+    time.sleep(max(0.0, until - clock.now()))
+    if jitter > 0:
+        time.sleep(random.uniform(0, jitter))
+
+
+def _turn(gate: Candidates | None, host: int, job: int,
+          ) -> tuple[float, lease.Turn | None] | None:
+    """A contender's steps to wait and its turn; None: no candidate, it asks nothing."""
+    if gate is None:
+        return 0.0, None
+    planned = gate.plan(host, job)
+    if planned is None:
+        return None
+    rank, turn = planned
+    return (0.0 if rank is None else (rank - 1) * gate.step), turn
 
 
 def _fire(server: Server, schema: str, *, hosts: int, jobs: int, jitter: float,
           command_seconds: float, connect_timeout: float, min_hold: float | None = None,
-          sample_every: float = 0.01) -> Fired:
-    """H x J contenders fired at once; the server measured around them."""
+          sample_every: float = 0.01, gate: Candidates | None = None) -> Fired:
+    """H x J contenders fired at once; the server measured around them. With `gate`, only
+    each job's candidates ask (each a step after the one above it), and each keeps the
+    roster its acquire answered."""
     tally = Tally()
     answers: list[float] = []
+    unstepped: list[float] = []
     fired = threading.Event()
     open_now = peak_open = 0
     counter = threading.Lock()
@@ -618,13 +794,20 @@ def _fire(server: Server, schema: str, *, hosts: int, jobs: int, jitter: float,
             peak_open = max(peak_open, open_now)
 
     def contender_thread(host: int, job: int) -> None:
+        planned = _turn(gate, host, job)
+        if planned is None:
+            # Not a candidate: exits 75 at once, nothing asked (Candidacy, stand_by).
+            fired.wait()
+            with tally.lock:
+                tally.stood_by += 1
+            return
+        steps, turn = planned
         contender = Contender(server.target, schema, f"storm-{job}", f"host-{host}",
                               jitter=jitter, connect_timeout=connect_timeout,
-                              min_hold=min_hold)
+                              min_hold=min_hold, turn=turn)
         fired.wait()
         contender.started = t0
-        if jitter > 0:
-            time.sleep(random.uniform(0, jitter))
+        _wait(t0 + steps, jitter)
         began = clock.now()
         opened(1)
         try:
@@ -639,9 +822,12 @@ def _fire(server: Server, schema: str, *, hosts: int, jobs: int, jitter: float,
         finally:
             contender.close()
             opened(-1)
+        if gate is not None:
+            gate.learnt(host, job, contender.claim.roster)
         with tally.lock:
             tally.latencies.append(answered - began)
             answers.append(answered)
+            unstepped.append(answered - t0 - steps)
             if won:
                 tally.wins += 1
                 tally.tenures.append(tenure)
@@ -675,7 +861,7 @@ def _fire(server: Server, schema: str, *, hosts: int, jobs: int, jitter: float,
     after = server.snapshot()
     sampling.set()
     sampler.join()
-    return Fired(tally, before, after, t0, answers, peak_open, samples)
+    return Fired(tally, before, after, t0, answers, peak_open, samples, unstepped)
 
 
 # --- Servers: a throwaway embedded one, a PgBouncer in front. ---
@@ -765,7 +951,7 @@ def drop_schema(conninfo: str, schema: str) -> None:
 def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser = argparse.ArgumentParser(prog="scripts/loadgen", description=__doc__,
                                      formatter_class=argparse.RawDescriptionHelpFormatter)
-    parser.add_argument("load", choices=("acquire", "renew", "storm"))
+    parser.add_argument("load", choices=("acquire", "renew", "storm", "refresh"))
     parser.add_argument("--dsn", help="an existing server (default: a throwaway embedded one)")
     parser.add_argument("--fast", action="store_true",
                         help="embedded server without durability (fsync, synchronous_commit off)")
@@ -797,6 +983,17 @@ def parse_args(argv: Sequence[str] | None = None) -> argparse.Namespace:
     parser.add_argument("--statements", action="store_true",
                         help="per statement: calls, planning and execution time "
                              "(pg_stat_statements; embedded server only)")
+    parser.add_argument("--candidates", type=int, default=None, metavar="K",
+                        help="storm: only each job's K candidates ask (pglock run "
+                             "--candidates K; docs/fleet.md), after warm-up storms that "
+                             "teach each host its rosters; refresh: the roster's K")
+    parser.add_argument("--candidate-step", type=float, default=10.0,
+                        help="storm: --candidate-step seconds")
+    parser.add_argument("--together", action="store_true",
+                        help="refresh: each host's jobs in one statement")
+    parser.add_argument("--census-hosts", type=int, default=0,
+                        help="refresh: hosts the census knows for each job beyond the "
+                             "--hosts that ask (rows written first)")
     parser.add_argument("--repeat", type=int, default=1, help="measure N times, print the spread")
     parser.add_argument("--json", type=Path, help="write every figure to this file")
     return parser.parse_args(argv)
@@ -811,9 +1008,16 @@ def measure(args: argparse.Namespace, server: Server) -> dict[str, Any]:
     if args.load == "renew":
         return renewals(server, args.schema, holders=args.holders, workers=args.workers,
                         seconds=args.seconds)
+    if args.load == "refresh":
+        return refreshes(server, args.schema, hosts=args.hosts, jobs=args.jobs or 50,
+                         census_hosts=args.census_hosts, k=args.candidates or 3,
+                         together=args.together)
+    gate = None if args.candidates is None else Candidates(args.candidates,
+                                                           args.candidate_step)
     return storm(server, args.schema, hosts=args.hosts, jobs=args.jobs or 50,
                  jitter=args.jitter, command_seconds=args.command_seconds,
-                 connect_timeout=args.connect_timeout, held=args.held, warm=args.warm)
+                 connect_timeout=args.connect_timeout, held=args.held, warm=args.warm,
+                 gate=gate)
 
 
 def shown(value: Any) -> str:

@@ -30,6 +30,8 @@ class Relay:
         self.muted = threading.Event()
         self._marker: bytes | None = None
         self.open: list[tuple[socket.socket, socket.socket]] = []
+        # How many connections it has passed on (a test counts a host's connections).
+        self.connections = 0
         self._lock = threading.Lock()
         threading.Thread(target=self._accept, daemon=True).start()
 
@@ -51,6 +53,7 @@ class Relay:
                 continue
             with self._lock:
                 self.open.append((client, server))
+                self.connections += 1
             mute = threading.Event()
             for source, sink, upstream in ((client, server, True), (server, client, False)):
                 threading.Thread(target=self._pump, args=(source, sink, upstream, mute),

@@ -269,6 +269,20 @@ def run(
              "docs/monitoring.md, Tracing): a span for a trigger that did not run too "
              "(held elsewhere, slot done, paused...); by default only a run that ran has "
              "one.")] = False,
+    candidates: Annotated[int | None, typer.Option(envvar="PGLOCK_CANDIDATES", metavar="K",
+        show_default=False,
+        help="Only the first K hosts of each slot's ranking (a hash of job, slot and host "
+             "over the hosts the census knows for the job) contend, each a --candidate-step "
+             "after the one before; the others exit 75 at once without connecting "
+             "(1 to 1000; docs/fleet.md, Candidates) [default: every host].")] = None,
+    candidate_step: Annotated[str, typer.Option(envvar="PGLOCK_CANDIDATE_STEP",
+        metavar="DURATION",
+        help="With --candidates: how long after the slot each candidate tries, per rank "
+             "above it.")] = "10s",
+    candidates_refresh: Annotated[str, typer.Option(envvar="PGLOCK_CANDIDATES_REFRESH",
+        metavar="DURATION",
+        help="With --candidates: learn the job's hosts again (one statement) at the first "
+             "trigger this long after this host last connected for the job.")] = "10m",
     dsn: Dsn = None,
     schema: Schema = None,
     connect_timeout: RunConnectTimeout = "10s",

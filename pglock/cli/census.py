@@ -25,6 +25,13 @@ from pglock.settings.durations import check_reason
 @app.command()
 def hosts(
     job: JobFilter = None,
+    next_slot: Annotated[bool, typer.Option(
+        "--next", help="With --job: the next slot's candidates in rank order (a job run with "
+                       "--candidates; docs/fleet.md, Candidates).")] = False,
+    slot: Annotated[str | None, typer.Option(
+        metavar="TIME", show_default=False,
+        help="With --job: that slot's candidates (ISO 8601; without a zone: the local "
+             "one).")] = None,
     as_json: Json = False,
     dsn: Dsn = None, schema: Schema = None, connect_timeout: ConnectTimeout = "10s",
     verbose: Verbose = False, quiet: Quiet = False,
@@ -39,12 +46,19 @@ def hosts(
     job's hosts, each with its last attempt and how it came out (exit 1 if it never ran
     here).
 
+    With --job and --next (or --slot): the slot's candidates in rank order, each with when
+    it tries, for a job run with --candidates (exit 1 if its runs do not use them).
+
     Example: pglock hosts --job sync-invoices
+
+    Example: pglock hosts --job sync-invoices --next
     """
     _configure_output(verbose, quiet)
     from pglock.cli import census_screens, render
     from pglock.reports import hosts as core
 
+    if next_slot or slot is not None:
+        return _turns(job, next_slot, slot, as_json, dsn, schema, connect_timeout)
     with connected(dsn, schema, connect_timeout, "hosts") as (conn, place, name):
         found = core.read(conn, name, job)
     if as_json:
@@ -52,6 +66,28 @@ def hosts(
     else:
         render.show(census_screens.hosts_screen(found, place, name,
                                                 terminal=render.on_terminal()))
+    return 0
+
+
+def _turns(job: str | None, next_slot: bool, slot: str | None, as_json: bool,
+           dsn: str | None, schema: str | None, connect_timeout: str) -> int:
+    """hosts --next / --slot: a slot's candidates."""
+    from pglock.cli import census_screens, render
+    from pglock.cli.control import _slot
+    from pglock.errors import UsageError
+    from pglock.reports import turns
+
+    if job is None:
+        raise UsageError("--next and --slot need --job NAME")
+    if next_slot and slot is not None:
+        raise UsageError("--next and --slot: give one")
+    moment = _slot(slot)
+    with connected(dsn, schema, connect_timeout, "hosts") as (conn, place, name):
+        found = turns.read(conn, name, job, moment)
+    if as_json:
+        render.show_json(census_screens.turns_json(found, place, name))
+    else:
+        render.show(census_screens.turns_screen(found, place, name))
     return 0
 
 

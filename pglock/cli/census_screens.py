@@ -9,6 +9,7 @@ from typing import Any
 from pglock.cli.render import NONE, Grid, Screen, ago, clip, escaped, header, iso, took, when
 from pglock.lock.census import Attendance, Census, Standing
 from pglock.reports.hosts import Host, Roll
+from pglock.reports.turns import Turns
 
 # On a terminal a host's state carries a glyph, so that it reads without colour.
 HOST_LOOK = {"silent": ("! silent", "bold yellow"), "stopping": ("@ stopped some", "yellow"),
@@ -16,7 +17,7 @@ HOST_LOOK = {"silent": ("! silent", "bold yellow"), "stopping": ("@ stopped some
 STANDING_LOOK = {Standing.SILENT: ("! silent", "bold yellow"),
                  Standing.ONCE: ("  once", "dim"), Standing.ATTENDING: ("  attending", "")}
 OUTCOMES = {"ran": "ran", "held": "skipped: held", "paused": "skipped: paused",
-            "slot_done": "skipped: slot done"}
+            "slot_done": "skipped: slot done", "standby": "standby (not a candidate)"}
 # status --job names at most this many of the hosts that fire a job (all silent ones).
 NAMED = 10
 
@@ -145,6 +146,10 @@ def census_line(job: str, census: Census, now: datetime) -> str:
             f"{', every job' if a.whole else ''})" for a in silent)
     elif census.hosts:
         line += "; none silent"
+    if census.candidates is not None:
+        k, step = census.candidates
+        line += f"\ncandidates: {k} per slot, {took(step)} apart (pglock hosts --job " \
+                f"{escaped(job)} --next)"
     return line
 
 
@@ -162,7 +167,8 @@ def attendance_json(row: Attendance) -> dict[str, Any]:
             "last_attempt": None if row.lost else iso(row.last_attempt),
             "none_since": iso(row.last_attempt) if row.lost else None,
             "outcome": row.outcome, "slot": iso(row.slot), "ttl": row.ttl,
-            "usual_interval": row.usual, "repeated": row.repeated}
+            "usual_interval": row.usual, "repeated": row.repeated,
+            "due": row.due, "passed_turn_at": iso(row.passed_at)}
 
 
 def hosts_json(found: Roll, place: str, schema: str) -> dict[str, Any]:
@@ -184,6 +190,38 @@ def census_json(census: Census | None) -> dict[str, Any] | None:
     """The job's hosts in status --json (None: not read)."""
     if census is None:
         return None
+    candidates = census.candidates
     return {"attending": [a.host for a in census.attending],
             "silent": [{"host": a.host, "last_attempt": None if a.lost
-                        else iso(a.last_attempt), "whole": a.whole} for a in census.silent]}
+                        else iso(a.last_attempt), "whole": a.whole} for a in census.silent],
+            "candidates": None if candidates is None else {"k": candidates[0],
+                                                           "step": candidates[1]}}
+
+
+def turns_screen(found: Turns, place: str, schema: str) -> Screen:
+    """A slot's candidates in rank order, then how many of the job's hosts ask nothing."""
+    screen = Screen(header("hosts", place, schema, found.now))
+    screen.parts.append(f"candidates of {escaped(found.job)} for the slot "
+                        f"{when(found.slot, zone=True)}: {found.candidates} per slot, "
+                        f"{took(found.step)} apart\n")
+    if not found.ranked:
+        screen.parts.append("no host in its roster (the census has seen none of its hosts "
+                            "lately): the first trigger of each host contends")
+        return screen
+    grid = Grid(("RANK", "HOST", "TRIES AT"), whole="HOST")
+    for rank, host in enumerate(found.ranked[:found.candidates], start=1):
+        grid.add([str(rank), escaped(host), when(found.tries_at(rank))])
+    screen.parts.append(grid)
+    rest = len(found.ranked) - found.candidates
+    if rest > 0:
+        screen.parts.append(f"\n{rest} more host{'s' if rest != 1 else ''} of its roster "
+                            "ask nothing for this slot")
+    return screen
+
+
+def turns_json(found: Turns, place: str, schema: str) -> dict[str, Any]:
+    return {"database": place, "schema": schema, "now": iso(found.now), "job": found.job,
+            "slot": iso(found.slot), "candidates": found.candidates, "step": found.step,
+            "ranked": [{"rank": rank, "host": host, "candidate": rank <= found.candidates,
+                        "tries_at": iso(found.tries_at(rank))}
+                       for rank, host in enumerate(found.ranked, start=1)]}

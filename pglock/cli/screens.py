@@ -408,8 +408,11 @@ def runs_grid(runs: list[RunRow], now: datetime, *, with_job: bool, bars: bool =
             slot_cell = [slot_text(run, same=previous == (run.job, run.slot) and
                                    run.slot is not None)]
             previous = (run.job, run.slot)
+        host = escaped(run.holder)
+        if run.candidate_rank is not None:
+            host += f" (rank {run.candidate_rank})"
         cells = [when(run.started_at), *([run.job] if with_job else []), *slot_cell,
-                 escaped(run.holder), run.outcome,
+                 host, run.outcome,
                  exit_text(run), NONE if length is None else took(length)]
         if run.outcome == "running":
             cells[-1] = f"{cells[-1]} so far"
@@ -509,7 +512,8 @@ def run_json(run: RunRow, *, output: bool = False) -> dict[str, Any]:
                 "fencing_token": run.fencing_token, "error": run.error,
                 "slot": iso(run.slot), "attempt": run.attempt,
                 "attempt_limit": run.attempt_limit, "manual": run.manual,
-                "late": run.late, "trace_id": run.trace_id, "span_id": run.span_id}
+                "late": run.late, "trace_id": run.trace_id, "span_id": run.span_id,
+                "candidate_rank": run.candidate_rank}
     if output:
         # The run's --output-tail size is not recorded, so whether the tail is all of the
         # output cannot be told: there is no output_truncated.

@@ -3,6 +3,7 @@ runline.py's): the values resolved against the jobs file, checked, and run."""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Collection, Mapping
 from typing import Any
 
@@ -20,7 +21,10 @@ STARTED_FROM = frozenset((
     "grace", "output_tail", "output_on_failure", "leave_descendants", "on_failure",
     "on_success", "on_recovery", "hook_timeout", "ping_url", "event_log", "dsn", "schema",
     "connect_timeout", "verbose", "quiet", "retries", "retry_delay", "limit",
-    "expect_duration", "on_slow", "catch_up", "catch_up_limit", "window", "trace_skips"))
+    "expect_duration", "on_slow", "catch_up", "catch_up_limit", "window", "trace_skips",
+    "candidates", "candidate_step", "candidates_refresh"))
+# Read from the environment, these apply only with --candidates.
+CANDIDATES_ONLY = ("candidate_step", "candidates_refresh")
 
 
 def start(values: dict[str, Any], from_environment: Collection[str],
@@ -39,10 +43,12 @@ def start(values: dict[str, Any], from_environment: Collection[str],
         # Not "the job name is empty": the operator gave none, and should hear which option.
         raise UsageError("--job is missing: pglock run --job NAME [-- COMMAND [ARG...]]")
     from pglock.db import database
+    from pglock.lock import clock
     from pglock.run.options import run_options
-    from pglock.run.slot import execute
+    from pglock.run.slot import execute, plan_slot, stand_by
     from pglock.settings import config
 
+    started = clock.now()
     if "window" in from_environment and not values["window"]:
         # PGLOCK_WINDOW of blanks and separators alone: unset, as an empty one is to click
         # (the jobs file's windows apply).
@@ -50,8 +56,20 @@ def start(values: dict[str, Any], from_environment: Collection[str],
     v = resolved(values, from_environment, defaulted)
     boundary.configure_output(v["verbose"], v["quiet"])
     options = run_options(v)
-    with database.opened(config.resolve_target(v["dsn"])) as conninfo:
-        return execute(options, conninfo)
+    target = config.resolve_target(v["dsn"])
+    candidacy = None
+    # A nested run of a job runs under its outer run's lock, and a --rerun is an
+    # operator's deliberate act: neither waits for a turn.
+    if (options.candidates is not None and not options.rerun
+            and not os.environ.get("PGLOCK_HOLDER_ID")):
+        from pglock.run.candidacy import Candidacy
+
+        candidacy = Candidacy.of(options, target, plan_slot(options), started)
+        if not candidacy.candidate and not candidacy.due:
+            # Not among the slot's candidates: nothing is asked of the database.
+            return stand_by(options, candidacy)
+    with database.opened(target) as conninfo:
+        return execute(options, conninfo, candidacy)
 
 
 def resolved(values: Mapping[str, Any], from_environment: Collection[str],
@@ -77,10 +95,11 @@ def resolved(values: Mapping[str, Any], from_environment: Collection[str],
                 v[param] = value
     from pglock.run import flags
 
-    if v["schedule"] is None:
-        for name in SCHEDULE_ONLY:
-            if name in from_environment:
-                v[name] = flags.DEFAULTS[name]
+    # A crontab's variables of options that need another one apply where it is given.
+    unused = ((SCHEDULE_ONLY if v["schedule"] is None else ())
+              + (CANDIDATES_ONLY if v["candidates"] is None else ()))
+    for name in set(unused) & set(from_environment):
+        v[name] = flags.DEFAULTS[name]
     if "catch_up_limit" in from_environment and v["catch_up"] == "none":
         # A crontab's PGLOCK_CATCH_UP_LIMIT is for its lines that catch up.
         v["catch_up_limit"] = flags.DEFAULTS["catch_up_limit"]

@@ -47,13 +47,11 @@ class _Postmaster(NamedTuple):
 
 
 def default_data_dir() -> Path:
-    """Return where the embedded cluster lives when no database is configured."""
-    xdg = os.environ.get("XDG_DATA_HOME", "")
-    if os.path.isabs(xdg):
-        return Path(xdg) / "pglock"
-    if os.geteuid() == 0:
-        return Path("/var/lib/pglock")
-    return Path.home() / ".local" / "share" / "pglock"
+    """Return where the embedded cluster lives when no database is configured: pglock's
+    directory of this host's state (settings.config.data_dir)."""
+    from pglock.settings.config import data_dir
+
+    return data_dir()
 
 
 def _install_dir() -> Path:

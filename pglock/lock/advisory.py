@@ -41,7 +41,7 @@ SELECT t.schema_version, t.taken, t.session_pid,
        set_config('idle_session_timeout', '0', false),
        set_config('idle_in_transaction_session_timeout', '0', false)
 FROM {schema}.take(%(version)s, %(job)s, %(slot)s, %(ttl)s, %(host)s, %(pglock)s,
-                   %(python)s) AS t
+                   %(python)s, %(due)s) AS t
 """
 
 # A bigint key shows in pg_locks as classid (high half) and objid (low half), objsubid 1.

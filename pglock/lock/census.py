@@ -7,6 +7,9 @@ A host is silent for a job when it attempted the job before (twice at least: one
 may be a run by hand) and has not for more than two of the job's slots (with a
 schedule), or, unscheduled, for more than twice its usual interval (the median of the
 seconds between its last recorded attempts), and for at least two minutes. A host that
+contends only in its turns (--candidates) is silent after twice its promise instead (its
+refresh plus the job's interval: it attempts few slots, and asks for the job's roster at
+its refreshes, which count as attempts: `standby`). A host that
 attempted nothing at all for that span is silent as a whole. The rule is `judge`; the
 database's clock is `now`, and what a host records is at most one attempt a minute, in
 an unlogged table (a crash or a failover empties it: the hosts' `jobs`, logged, keep
@@ -61,8 +64,11 @@ WITH restart AS (
 SELECT p.job, p.host, a.first_attempt, coalesce(a.last_attempt, r.at), a.outcome, a.slot,
        extract(epoch FROM least(a.ttl, interval '7 days'))::float8, coalesce(a.gaps, '{{}}'),
        coalesce(cardinality(a.gaps) > 0, false) OR p.job = ANY(h.jobs), a.job IS NULL,
-       h.version, h.python, seen.at
+       h.version, h.python, seen.at,
+       extract(epoch FROM a.due)::float8, a.passed_at,
+       j.candidates, extract(epoch FROM j.candidate_step)::float8
 FROM pairs p JOIN {schema}.hosts h ON h.host = p.host
+LEFT JOIN {schema}.jobs j ON j.job = p.job
 LEFT JOIN {schema}.attendance a ON a.job = p.job AND a.host = p.host
 LEFT JOIN seen ON seen.host = p.host
 CROSS JOIN restart r
@@ -127,6 +133,16 @@ class Attendance:
     standing: Standing = Standing.ATTENDING
     # Silent for this job and for every other: it attempted nothing for the span.
     whole: bool = False
+    # --candidates: the host contends only in its turns, and is seen again within this
+    # (seconds: its --candidates-refresh plus the job's interval); None: at every trigger.
+    due: float | None = None
+    # --candidates: when a candidate ranked below it ran a slot it had not attempted (it is
+    # out of the job's roster until it is seen again).
+    passed_at: datetime | None = None
+    # The job's candidates (K) and step as its last run recorded them (None: every host
+    # contends): the job's, on each of its hosts' rows.
+    candidates: int | None = None
+    step: float | None = None
 
     @property
     def usual(self) -> float | None:
@@ -150,6 +166,15 @@ class Census:
         return [a for a in self.hosts if a.standing is Standing.SILENT]
 
     @property
+    def candidates(self) -> tuple[int, float] | None:
+        """The job's K and step (--candidates), as its last run recorded them (None: every
+        host contends)."""
+        for row in self.hosts:
+            if row.candidates is not None:
+                return row.candidates, row.step or 0.0
+        return None
+
+    @property
     def ttls(self) -> dict[float, list[str]]:
         """The ttls the hosts that fire the job ran it with, each with its hosts: more
         than one is drift (docs/ha.md, "One ttl per job": the wait after a promotion is as
@@ -169,10 +194,15 @@ def read(conn: psycopg.Connection[Any], schema_name: str,
         rows = cursor.execute(schema.query(ATTENDANCE, schema_name), {"job": job}).fetchall()
     found: dict[str, list[Attendance]] = {}
     for (name, host, first, last, outcome, slot, ttl, gaps, repeated, lost, version, python,
-         seen) in rows:
+         seen, due, passed_at, candidates, step) in rows:
+        if lost and candidates is not None:
+            # A job run with --candidates: its hosts' promises went with the crash or the
+            # failover, as an unscheduled job's usual interval does: they get a day.
+            due = LOST_SILENCE / SILENT_AFTER
         found.setdefault(name, []).append(Attendance(
             name, host, first, last, outcome, slot, ttl, tuple(gaps), bool(repeated),
-            bool(lost), version, python, seen))
+            bool(lost), version, python, seen, due=due, passed_at=passed_at,
+            candidates=candidates, step=step))
     return found
 
 
@@ -200,7 +230,12 @@ def judge(row: Attendance, now: datetime, cutoff: datetime | None,
     """The rule: `cutoff` is the oldest of the job's last `after` slots whose grace has
     passed (since()), None for an unscheduled job (then its usual interval decides)."""
     quiet = (now - row.last_attempt).total_seconds()
-    if cutoff is not None:
+    if row.due is not None:
+        # A host that contends only in its turns (--candidates) attempts few of the job's
+        # slots; it is seen at its refreshes, within its promise.
+        boundary = now - timedelta(seconds=max(after * row.due, MIN_SILENCE))
+        cutoff = None
+    elif cutoff is not None:
         boundary = cutoff
     else:
         usual = row.usual

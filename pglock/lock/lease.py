@@ -45,7 +45,7 @@ SELECT * FROM {schema}.acquire(
     %(slot)s, %(handover_from)s, %(rerun)s, %(command)s, %(schedule)s, %(timezone)s,
     %(next_slot)s, %(grace)s, %(retries)s, %(attempt)s, %(limit)s, %(final)s,
     %(backlog)s, %(windows)s, %(late)s, %(trace_id)s, %(span_id)s, %(host)s, %(pglock)s,
-    %(python)s)
+    %(python)s, %(candidates)s, %(step)s, %(due)s, %(roster)s, %(rank)s, %(passed)s)
 """
 
 # A winner that catches up (--catch-up): the slots it will run marked, the ones it gives
@@ -161,6 +161,10 @@ class Claim:
     late: str | None = None
     # The host in the census (settings/config.py's host_name; None: none is recorded).
     host: str | None = None
+    # --candidates: this host's turn in the slot (None: every host contends).
+    turn: Turn | None = None
+    # The job's roster as the winning or losing acquire answered it (with a turn).
+    roster: list[str] | None = None
 
     def params(self, **extra: Any) -> dict[str, Any]:
         """The lease as query parameters."""
@@ -171,7 +175,33 @@ class Claim:
                 "handover_from": self.handover_from, "rerun": self.rerun,
                 "limit": self.limit, "final": self.final, "backlog": self.backlog,
                 "windows": self.windows, "late": self.late, "host": self.host, **attendee(),
-                **extra}
+                **_turn_params(self.turn), **extra}
+
+
+@dataclass(frozen=True)
+class Turn:
+    """What a host that contends only in its turns (--candidates) tells acquire."""
+
+    # K, and the delay between two ranks (seconds).
+    candidates: int
+    step: float
+    # It promises to be seen again within this (seconds): the census's silence for it.
+    due: float
+    # How many hosts of the job's roster to return (None: none, the host's is fresh).
+    roster: int | None
+    # Its rank in the slot (None: it did not know it: no roster yet, or a stale one).
+    rank: int | None = None
+    # The hosts ranked above it.
+    passed: tuple[str, ...] = ()
+
+
+def _turn_params(turn: Turn | None) -> dict[str, Any]:
+    if turn is None:
+        return {"candidates": None, "step": None, "due": None, "roster": None, "rank": None,
+                "passed": None}
+    return {"candidates": turn.candidates, "step": timedelta(seconds=turn.step),
+            "due": timedelta(seconds=turn.due), "roster": turn.roster, "rank": turn.rank,
+            "passed": list(turn.passed)}
 
 
 # How far ahead of the database's clock a trigger's slot may be (acquire's SLOT_AHEAD
@@ -242,9 +272,12 @@ def try_acquire(conn: psycopg.Connection[Any], lease: Claim,
     params = lease.params(version=schema.VERSION, **_start_params(start))
     row = versioned(conn, lease.schema, lambda: _acquire(conn, lease, params))
     (_, session_held, ran, paused, token, handover_from, held_by, run_id, started_at,
-     attempt, attempt_limit, seat, was_running, missed, prior_slot, promotion_wait) = row
+     attempt, attempt_limit, seat, was_running, missed, prior_slot, promotion_wait,
+     roster) = row
     if not session_held:
         raise DatabaseError(POOLED)
+    if roster is not None:
+        lease.roster = list(roster)
     if ran:
         return Attempt.SLOT_RAN
     if paused:
@@ -294,7 +327,7 @@ def _acquire(conn: psycopg.Connection[Any], lease: Claim,
         # The start of a slot that another host's run made done since the statement's own
         # check (the slot's CHECK, the unique attempt): nothing was taken.
         return (schema.VERSION, True, True, False, None, None, None, None, None, None, None,
-                None, False, None, None, None)
+                None, False, None, None, None, None)
     except psycopg.Error as error:
         if error.sqlstate == SLOT_AHEAD:
             raise SlotAhead(lease, error.diag.message_detail) from None

@@ -7,6 +7,7 @@ FAIL, what it saw, and what to do about it; the worst level is the exit status.
 from __future__ import annotations
 
 import enum
+import os
 import time
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
@@ -127,6 +128,10 @@ SELECT current_setting('synchronous_standby_names'),
 """
 SYNCHRONOUS_COMMIT = "SELECT current_setting('synchronous_commit')"
 CLOCK = "SELECT extract(epoch FROM clock_timestamp())::float8"
+SHORTEST_STEP = """
+SELECT extract(epoch FROM min(candidate_step))::float8 FROM {schema}.jobs
+WHERE candidates IS NOT NULL
+"""
 CONNECTIONS = """
 SELECT (SELECT count(*) FROM pg_stat_activity WHERE backend_type = 'client backend'),
        current_setting('max_connections')::int,
@@ -187,8 +192,9 @@ def diagnose(target: Target, schema_name: str, conninfo: str, *, timeout: float,
             checks += [
                 ("pooling", lambda: _pooling(conn, conninfo, timeout, judged)),
                 ("replication", lambda: _replication(conn, judged)),
-                ("clock", lambda: _clock(conn)),
+                ("clock", lambda: _clock(conn, schema_name)),
             ]
+        checks.append(("candidates", _rosters))
         findings += [_guarded(name, check) for name, check in checks]
     return Diagnosis(place, findings)
 
@@ -688,8 +694,10 @@ def _synchronous_commit(conn: psycopg.Connection[Any]) -> Finding:
     return Finding("commit", Level.OK, f"synchronous_commit = {value}")
 
 
-def _clock(conn: psycopg.Connection[Any]) -> Finding:
-    """The host's wall clock against the server's, to within half a round trip."""
+def _clock(conn: psycopg.Connection[Any], schema_name: str) -> Finding:
+    """The host's wall clock against the server's, to within half a round trip; and
+    against the shortest --candidate-step of the jobs run with --candidates (a host whose
+    cron fires more than a step off tries out of its turn: the lock still decides)."""
     before = time.time()
     row = conn.execute(CLOCK).fetchone()
     after = time.time()
@@ -698,11 +706,46 @@ def _clock(conn: psycopg.Connection[Any]) -> Finding:
     uncertainty = (after - before) / 2
     detail = f"this host's clock is {abs(skew):.2f}s {'ahead of' if skew > 0 else 'behind'} " \
              f"the server's (±{uncertainty:.2f}s)"
+    step = _shortest_step(conn, schema_name)
+    if step is not None and abs(skew) - uncertainty > step:
+        return Finding("clock", Level.WARN, f"{detail}, more than --candidate-step "
+                       f"({step:g}s): its cron fires out of its turn among the candidates "
+                       "(the lock still decides: a step later or sooner, never twice)",
+                       "run NTP (chrony, systemd-timesyncd) here")
     if abs(skew) - uncertainty > CLOCK_SKEW_WARN:
         return Finding("clock", Level.WARN, detail,
                        "run NTP (chrony, systemd-timesyncd) here: --schedule reads slots on "
                        "the host clock, and --min-hold must cover the skew")
     return Finding("clock", Level.OK, detail)
+
+
+def _shortest_step(conn: psycopg.Connection[Any], schema_name: str) -> float | None:
+    """The shortest --candidate-step any job's last run recorded (None: none, or not read)."""
+    try:
+        with conn.transaction():
+            row = conn.execute(schema.query(SHORTEST_STEP, schema_name)).fetchone()
+    except psycopg.Error:
+        return None
+    return None if row is None or row[0] is None else float(row[0])
+
+
+def _rosters() -> Finding:
+    """Where this host keeps the rosters of its jobs run with --candidates: a directory it
+    cannot write makes every trigger of those jobs contend (docs/fleet.md)."""
+    from pglock.run import membership
+
+    where = membership.state_dir()
+    probe = where
+    while not probe.exists() and probe != probe.parent:
+        probe = probe.parent
+    if not os.access(probe, os.W_OK | os.X_OK) or (probe == where and not where.is_dir()):
+        return Finding("candidates", Level.WARN, f"{where} cannot be written: the jobs run "
+                       "with --candidates contend at every trigger on this host",
+                       "make it writable by the user cron runs pglock as, or set "
+                       "XDG_DATA_HOME to a directory that is")
+    kept = len(list(where.glob("*.json"))) if where.is_dir() else 0
+    return Finding("candidates", Level.OK, f"rosters kept in {where} ({kept} "
+                   f"job{'s' if kept != 1 else ''})")
 
 
 def _connections(conn: psycopg.Connection[Any]) -> Finding:

@@ -37,10 +37,14 @@ SEAT_COLUMNS = ("job, seat, seat_limit, mode, holder, holder_pid, fencing_token,
 
 # The run path's functions (db/sql/functions.sql), by signature.
 RUN_FUNCTIONS = (
-    "take(integer, text, timestamptz, interval, text, text, text)",
+    "take(integer, text, timestamptz, interval, text, text, text, interval)",
     "acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint, "
     "boolean, text, text, text, timestamptz, interval, integer, integer, integer, boolean, "
-    "timestamptz[], text[], text, text, text, text, text, text)",
+    "timestamptz[], text[], text, text, text, text, text, text, integer, interval, interval, "
+    "integer, integer, text[])",
+    # The rosters a host that contends only in its turns asks for (--candidates).
+    "members(integer, text, text, text, text[], timestamptz[], interval[], interval[], "
+    "integer[])",
     "catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz)",
     "start_run(text, text, bigint, text, timestamptz, text, text, timestamptz, interval, "
     "integer, integer, text, text)",
@@ -88,6 +92,9 @@ GRANT SELECT ({LOCK_COLUMNS}) ON {{schema}}.locks TO {READER};
 GRANT SELECT ({SEAT_COLUMNS}) ON {{schema}}.seats TO {READER};
 -- The fencing guard, for a command whose own connection has only the reader's role.
 GRANT EXECUTE ON FUNCTION {{schema}}.fence(text, text, bigint) TO {READER};
+-- A job's roster, as its hosts rank their slots over it (`pglock hosts --next`): it reads
+-- the census with the caller's rights.
+GRANT EXECUTE ON FUNCTION {{schema}}.roster(text, integer) TO {READER};
 
 -- {OPERATOR}: a runner and a reader, plus the writes of clear, prune, pause, resume,
 -- stop, replay, forget and forget-host.

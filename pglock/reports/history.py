@@ -25,7 +25,7 @@ SELECT id, job, started_at, finished_at, holder, holder_pid, mode, outcome, exit
        manual,
        coalesce((SELECT s.caught_up FROM {schema}.slots s
                  WHERE s.job = runs.job AND s.slot = runs.slot), false) AS caught_up,
-       late_reason, trace_id, span_id
+       late_reason, trace_id, span_id, candidate_rank
 FROM {schema}.runs
 """
 # Each filter is a constant; only the ones asked for are joined in, so every query is one
@@ -117,6 +117,9 @@ class RunRow:
     # A traced run's W3C trace id and its span's id, in hex (None: not traced).
     trace_id: str | None = None
     span_id: str | None = None
+    # --candidates: its host's rank in the slot (1: the first candidate; None: every host
+    # contended, or its host had no roster to rank itself over).
+    candidate_rank: int | None = None
 
 
 @dataclass(frozen=True)

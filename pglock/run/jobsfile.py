@@ -35,6 +35,13 @@ _BARE_KEY = re.compile(r"[A-Za-z0-9_-]+")
 _ANY_COMMAND = ["true"]
 _ANY_SCHEDULE = "* * * * *"
 SCHEDULE_ONLY = ("tz", "deadline", "grace", "catch_up", "catch_up_limit", "window")
+CANDIDATES_ONLY = ("candidate_step", "candidates_refresh")
+# What a key checked alone needs beside it (whether the table has it is checked first; a
+# table catches up or not is checked with the whole table).
+_NEEDED: dict[str, dict[str, object]] = {
+    **{key: {"schedule": _ANY_SCHEDULE} for key in SCHEDULE_ONLY},
+    "catch_up_limit": {"schedule": _ANY_SCHEDULE, "catch_up": "all"},
+    **{key: {"candidates": 1} for key in CANDIDATES_ONLY}}
 
 
 def table_keys() -> dict[str, tuple[str, str | bool]]:
@@ -182,19 +189,16 @@ def checked(path: Path, name: str, table: Mapping[str, object]) -> ConfiguredJob
     if "command" not in values:
         raise where.error("missing: the job's command (command = [\"/path/to/program\", "
                           "\"arg\"], or a string run by /bin/sh -c)", "command")
-    for key in SCHEDULE_ONLY:
-        if key in values and "schedule" not in values:
-            raise where.error("needs schedule in the same table", key.replace("_", "-"))
+    for needed, needing in (("schedule", SCHEDULE_ONLY), ("candidates", CANDIDATES_ONLY)):
+        for param in needing:
+            if param in values and needed not in values:
+                raise where.error(f"needs {needed} in the same table", param.replace("_", "-"))
     # Each value alone, so that the message names its key; then all of them together
     # (--ttl against --kill-after, ...).
     for key, (param, _) in keys.items():
         if param in values and param != "command":
             alone = {param: values[param]}
-            if param in SCHEDULE_ONLY:
-                alone["schedule"] = _ANY_SCHEDULE
-            if param == "catch_up_limit":
-                alone["catch_up"] = "all"  # whether the table catches up is checked below
-            _check(where, alone, key)
+            _check(where, {**alone, **_NEEDED.get(param, {})}, key)
     _check(where, values, None)
     return ConfiguredJob(check_job(name), path, values)
 

@@ -103,8 +103,9 @@ class Notifier:
     def skipped(self, reason: str, held_by: Callable[[], str | None] | None = None,
                 **fields: Any) -> None:
         """Not run: `held`, `running` (held by a run of an older slot), `slot_ran`,
-        `paused`, `past_deadline`, `window`. `held_by` is asked (a statement) only when
-        events are logged."""
+        `paused`, `past_deadline`, `window`, `not_candidate` (--candidates: not among the
+        slot's first K, nothing asked). `held_by` is asked (a statement) only when events
+        are logged."""
         if self.trace is not None and self.trace.skipped(reason):
             fields.update(self.trace.ids())
         if self.events is None:
@@ -125,6 +126,12 @@ class Notifier:
         if self.events is not None:
             self.events.context["slot"] = slot
             self._traced()
+
+    def ranked(self, rank: int | None, candidates: int) -> None:
+        """--candidates: the events from here on carry this host's rank in the slot (None:
+        it had no roster to rank itself over) and K."""
+        if self.events is not None:
+            self.events.context.update(candidate_rank=rank, candidates=candidates)
 
     def acquired(self, fencing_token: int | None, slot: datetime | None = None) -> None:
         if self.trace is not None:

@@ -24,6 +24,7 @@ from pglock.settings.config import (
     normalized_job,
 )
 from pglock.settings.durations import (
+    CANDIDATES,
     CATCH_UP_LIMIT,
     DURATIONS,
     EXPECTED,
@@ -102,6 +103,12 @@ class RunOptions:
     windows: tuple[str, ...] = ()
     # --trace-skips: a traced trigger that did not run has a span too (run/tracing.py).
     trace_skips: bool = False
+    # --candidates K: only the first K hosts of a slot's ranking contend, each a
+    # --candidate-step after the one before; the others ask nothing (None: every host
+    # contends). Their roster is learnt again after --candidates-refresh (docs/fleet.md).
+    candidates: int | None = None
+    candidate_step: float = 10.0
+    candidates_refresh: float = 600.0
 
     def __post_init__(self) -> None:
         # Names that look the same are the same job (NFC; docs/decisions.md).
@@ -149,6 +156,20 @@ class RunOptions:
         self._validate_expected()
         self._validate_catch_up()
         self._validate_schedule()
+        self._validate_candidates()
+
+    def _validate_candidates(self) -> None:
+        if self.candidates is None:
+            for name, value, default in (("--candidate-step", self.candidate_step, 10.0),
+                                         ("--candidates-refresh", self.candidates_refresh,
+                                          600.0)):
+                if value != default:
+                    raise UsageError(f"{name} needs --candidates")
+            return
+        check_count(self.candidates, "--candidates", CANDIDATES)
+        if self.limit > self.candidates:
+            raise UsageError("--candidates must be at least --limit: a semaphore's seats "
+                             "are taken by candidates only")
 
     def _validate_catch_up(self) -> None:
         check_count(self.catch_up_limit, "--catch-up-limit", CATCH_UP_LIMIT)
@@ -188,7 +209,9 @@ class RunOptions:
                               ("--kill-after", self.kill_after),
                               ("--connect-timeout", self.connect_timeout),
                               ("--deadline", self.deadline), ("--grace", self.grace),
-                              ("--retry-delay", self.retry_delay)):
+                              ("--retry-delay", self.retry_delay),
+                              ("--candidate-step", self.candidate_step),
+                              ("--candidates-refresh", self.candidates_refresh)):
             bounds = DURATIONS[option]
             if value is not None and not (math.isfinite(value) and bounds.admits(value)):
                 raise UsageError(f"{option}: {value:g}s is out of range ({bounds.text()})")
@@ -214,7 +237,10 @@ class RunOptions:
             return self.min_hold
         if self.schedule is not None:
             return 0.0
-        return max(0.0, DEFAULT_HOLD + self.jitter - (sent - started))
+        # With candidates, until the last one's attempt too (each a step after the one
+        # before): a short run is still held when it asks.
+        turns = 0.0 if self.candidates is None else (self.candidates - 1) * self.candidate_step
+        return max(0.0, DEFAULT_HOLD + self.jitter + turns - (sent - started))
 
     def parsed_windows(self) -> tuple[schedule_module.Window, ...]:
         """The --window options, read in the schedule's zone."""
@@ -303,6 +329,10 @@ def run_options(v: Mapping[str, Any]) -> RunOptions:
         **_expected(v["expect_duration"]),
         catch_up=v["catch_up"], catch_up_limit=v["catch_up_limit"],
         windows=tuple(v["window"] or ()), trace_skips=v["trace_skips"],
+        candidates=v["candidates"],
+        candidate_step=parse_duration(v["candidate_step"], option="--candidate-step"),
+        candidates_refresh=parse_duration(v["candidates_refresh"],
+                                          option="--candidates-refresh"),
         notify=NotifyOptions(
             on_failure=v["on_failure"], on_success=v["on_success"],
             on_recovery=v["on_recovery"], on_slow=v["on_slow"],

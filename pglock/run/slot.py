@@ -34,6 +34,7 @@ from pglock.settings.config import shown
 # and the record of its end are imported by the steps that use them.
 if TYPE_CHECKING:
     from pglock.errors import PglockError as NotStarted
+    from pglock.run.candidacy import Candidacy
     from pglock.run.child import Child
     from pglock.run.expected import SlowWatch
     from pglock.run.record import Then
@@ -54,27 +55,56 @@ PROMOTION_JITTER = 5.0
 TRACED_BY = ("TRACEPARENT", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "OTEL_EXPORTER_OTLP_ENDPOINT")
 
 
-def execute(options: RunOptions, conninfo: str) -> int:
-    """Run the command under the job's lock; pglock's exit code."""
+def execute(options: RunOptions, conninfo: str, candidacy: Candidacy | None = None) -> int:
+    """Run the command under the job's lock; pglock's exit code. With `candidacy`
+    (--candidates), this trigger's turn decides whether and when it contends."""
     if os.environ.get("PGLOCK_HOLDER_ID"):
         from pglock.run import reentrant
 
         nested = reentrant.inherited(options.job, os.environ)
         if nested is not None:
             return _reentrant(options, conninfo, nested)
-    started = clock.now()
-    scheduled, start_by = plan_slot(options)
+    if candidacy is not None:
+        started, scheduled, start_by = (candidacy.started, candidacy.scheduled,
+                                        candidacy.start_by)
+    else:
+        started = clock.now()
+        scheduled, start_by = plan_slot(options)
     gate = SignalGate()
     gate.install()
+    if candidacy is not None:
+        if not candidacy.candidate:
+            # No candidate by a roster due for a refresh: learn it, and decide again.
+            candidacy.refresh(conninfo)
+            if not candidacy.candidate:
+                return stand_by(options, candidacy)
+        candidacy.wait(gate)
     if options.jitter > 0:
         time.sleep(random.uniform(0, options.jitter))
-    slot = Slot.open(options, conninfo, scheduled, gate)
+    slot = Slot.open(options, conninfo, scheduled, gate, candidacy)
     try:
         if scheduled is not None and options.windows and slot.in_window():
             return options.conflict_exit_code
         return slot.run(started, start_by)
     finally:
         slot.close()
+
+
+def stand_by(options: RunOptions, candidacy: Candidacy) -> int:
+    """Not among the slot's candidates: exit 75 (--conflict-exit-code), silently; an event
+    when an event log or a trace says what was skipped."""
+    log.debug("job %r: skipped: rank %s of the slot %s, not among its %d candidates",
+              options.job, candidacy.rank, candidacy.at.isoformat(), options.candidates)
+    notifier = Notifier(options.notify, job=options.job, holder=options.holder,
+                        trace=_trace(options, None if candidacy.scheduled is None
+                                     else candidacy.at))
+    try:
+        notifier.skipped("not_candidate", candidate_rank=candidacy.rank,
+                         candidates=options.candidates,
+                         slot=None if candidacy.scheduled is None else candidacy.at)
+    finally:
+        notifier.close()
+    return options.conflict_exit_code
 
 
 def plan_slot(options: RunOptions) -> tuple[ledger.Scheduled | None, float]:
@@ -131,10 +161,14 @@ class Slot:
     more: bool = False
     # When the lock was last kept at a slot's end for the next one (None: it was not).
     kept_at: float | None = None
+    # --candidates: this trigger's turn, and when its acquire was sent (the roster it
+    # answered is learnt as of then).
+    candidacy: Candidacy | None = None
+    asked_at: float | None = None
 
     @classmethod
     def open(cls, options: RunOptions, conninfo: str, scheduled: ledger.Scheduled | None,
-             gate: SignalGate) -> Slot:
+             gate: SignalGate, candidacy: Candidacy | None = None) -> Slot:
         """The slot's session (not connected yet), claim and notifier."""
         # tcp_user_timeout on the holder's session: a check must fail fast on a vanished
         # server.
@@ -155,14 +189,36 @@ class Slot:
             claim.backlog = _backlog(options, scheduled)
         notifier = Notifier(options.notify, job=options.job, holder=options.holder,
                             trace=_trace(options, claim.slot))
-        return cls(options, session, claim, gate, notifier, scheduled)
+        if candidacy is not None:
+            claim.turn = candidacy.turn()
+            notifier.ranked(claim.turn.rank, claim.turn.candidates)
+        return cls(options, session, claim, gate, notifier, scheduled, candidacy=candidacy)
 
     def close(self) -> None:
         # An --on-slow hook still running ends (or is killed at --hook-timeout) first.
         for watch in self.watches:
             watch.join(self.options.notify.hook_timeout + self.options.connect_timeout + 1.0)
+        self.learn_roster()
         self.session.close()
         self.notifier.close()
+
+    def learn_roster(self) -> None:
+        """--candidates: keep the job's roster the acquire answered; an advisory loser, to
+        which the session lock's refusal answered nothing, asks for it when it is due (a
+        statement more, once per --candidates-refresh)."""
+        candidacy = self.candidacy
+        if candidacy is None or self.asked_at is None:
+            return
+        if self.claim.roster is not None:
+            candidacy.keep(self.claim.roster, self.asked_at)
+            return
+        if not candidacy.due or not self.session.usable():
+            return
+        try:
+            candidacy.refreshed(self.session.get())
+        except (psycopg.Error, PglockError) as error:
+            log.info("job %r: the roster could not be refreshed (%s)", self.claim.job,
+                     database.first_line(error))
 
     def run(self, started: float, start_by: float) -> int:
         """Take the lock (recording the first attempt's start), then the attempts."""
@@ -239,6 +295,8 @@ class Slot:
             return False
         deadline = min(clock.now() + self.options.wait, start_by)
         attempt = 0
+        # The roster an acquire answers is learnt as of then (the first try's, at worst).
+        self.asked_at = time.time()
         with database.translated(f"cannot take the lock of job {self.claim.job!r}"):
             conn = self.session.get()
             # A connection cut under the statement (a failover, a restart, a terminated

@@ -284,6 +284,19 @@ def configured_schema(schema_option: str | None) -> str:
 HOST_LIMIT = 255
 
 
+def data_dir() -> Path:
+    """pglock's directory of this host's own state: $XDG_DATA_HOME/pglock, else
+    /var/lib/pglock for root, else ~/.local/share/pglock. The embedded server lives in it
+    (when no database is configured), and the rosters of the jobs run with --candidates
+    (in candidates/)."""
+    xdg = os.environ.get("XDG_DATA_HOME", "")
+    if os.path.isabs(xdg):
+        return Path(xdg) / "pglock"
+    if os.geteuid() == 0:
+        return Path("/var/lib/pglock")
+    return Path.home() / ".local" / "share" / "pglock"
+
+
 def host_name() -> str:
     """This host's name in the census (docs/operators.md, "The census"): PGLOCK_HOST, else
     `host` in the config file (containers whose host names are random), else the system's

@@ -53,6 +53,9 @@ DURATIONS: dict[str, Bounds] = {
     "--older-than": Bounds(0, 36500 * DAY),
     "--interval": Bounds(0.5, HOUR),
     "--retry-delay": Bounds(0, DAY),
+    # Candidates' turns (docs/fleet.md, "Candidates").
+    "--candidate-step": Bounds(0, HOUR),
+    "--candidates-refresh": Bounds(1, 7 * DAY),
     "--hook-timeout": Bounds(0, DAY, above=True),
     # pause --until as a span from now: a pause, not a decommission (forget is that).
     "--until": Bounds(0, 366 * DAY, above=True),
@@ -81,6 +84,8 @@ HISTORY_LIMIT = Bounds(1, 100_000)
 RETRIES = Bounds(0, 100)
 # --limit: the seats of a semaphore.
 SEATS = Bounds(1, 1000)
+# --candidates: how many hosts contend for a slot.
+CANDIDATES = Bounds(1, 1000)
 # --catch-up-limit: how many missed slots one trigger may run before its own.
 CATCH_UP_LIMIT = Bounds(1, 1000)
 # A --window's length: not in DURATIONS, where a jobs-file key of that name would be read

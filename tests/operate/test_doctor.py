@@ -58,7 +58,7 @@ def test_a_healthy_setup_is_all_ok(env: Env, sync_pair: Pair) -> None:
     assert [line.split()[1] for line in lines] == [
         "database", "password", "server", "engine", "platform", "schema", "census",
         "terminate", "evict", "timeouts", "commit", "connections", "pooling", "replication",
-        "clock"]
+        "clock", "candidates"]
     assert "1 standby(s), 1 synchronous" in result.stdout
 
 
@@ -222,6 +222,30 @@ def test_a_skewed_host_clock_warns(env: Env) -> None:
                        env_vars={"FAKETIME_DONT_FAKE_MONOTONIC": "1"})
     assert skewed["clock"]["status"] == "warn"
     assert "ahead of the server's" in skewed["clock"]["detail"]
+
+
+def test_candidates_rosters_and_clock_are_checked(env: Env, tmp_path: Path) -> None:
+    """--candidates (docs/fleet.md): a state directory that cannot be written warns (the
+    host would contend at every trigger); a clock further from the database's than the
+    shortest --candidate-step in use warns, naming it."""
+    blocked = tmp_path / "a-file"
+    blocked.write_text("")
+    home = {"XDG_DATA_HOME": str(tmp_path / "state")}
+    _, found = doctor(env, env_vars=home)
+    assert found["candidates"]["status"] == "ok"
+    assert str(tmp_path / "state" / "pglock" / "candidates") in found["candidates"]["detail"]
+    _, found = doctor(env, env_vars={"XDG_DATA_HOME": str(blocked)})
+    assert found["candidates"]["status"] == "warn"
+    assert "cannot be written" in found["candidates"]["detail"]
+    if FAKETIME is None:
+        return
+    done = env.run("run", "--job", "gated", "--candidates", "2", "--candidate-step", "5s",
+                   "--", "true", env=home)
+    assert done.returncode == 0, done
+    _, skewed = doctor(env, prefix=(FAKETIME, "-f", "+30s"),
+                       env_vars={"FAKETIME_DONT_FAKE_MONOTONIC": "1", **home})
+    assert skewed["clock"]["status"] == "warn"
+    assert "more than --candidate-step (5s)" in skewed["clock"]["detail"]
 
 
 def test_an_unreachable_server_fails_in_one_line(env: Env, tmp_path: Path) -> None:

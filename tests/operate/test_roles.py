@@ -244,12 +244,13 @@ def test_the_run_path_is_only_functions_and_public_cannot_call_them(env: Env) ->
         "has_function_privilege('public', p.oid, 'EXECUTE') "
         "FROM pg_proc p WHERE p.pronamespace = %s::regnamespace ORDER BY 1", (env.schema,))
     helpers = ("advisory_horizon", "advisory_key", "attend", "evict", "granted",
-               "incarnation", "keeps", "next_token", "record_start", "seat_takeable",
-               "session_holds", "sighting", "takeable", "timeline")
+               "incarnation", "keeps", "next_token", "record_start", "roster", "roster_key",
+               "seat_takeable", "session_holds", "sighting", "takeable", "timeline")
     # Two start_run: version 8's signature stays for the pglocks running through an upgrade.
     assert [r[0] for r in rows] == sorted([
-        "acquire", "catch_up", "fence", "finish", "holds", "missed", "note", "note_windows",
-        "release", "renew", "retake", "start_run", "start_run", "take", *helpers])
+        "acquire", "catch_up", "fence", "finish", "holds", "members", "missed", "note",
+        "note_windows", "release", "renew", "retake", "start_run", "start_run", "take",
+        *helpers])
     for name, definer, config, public in rows:
         assert config == ["search_path=pg_catalog, pg_temp"], name
         assert not public, name

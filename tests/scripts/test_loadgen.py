@@ -66,6 +66,29 @@ def test_a_warm_held_storm_is_all_losers_with_the_census_due(env: Env) -> None:
                      "AND cardinality(gaps) >= 2") == [(6,)]
 
 
+def test_a_storm_of_candidates_asks_k_hosts_per_job(env: Env) -> None:
+    """--candidates (docs/scale.md, "Candidates"): after the warm-up storms, each job's K
+    candidates ask and the other hosts stand by; each job runs once."""
+    server = loadgen.Server(env.dsn, env.dsn)
+    result = loadgen.storm(server, env.schema, hosts=5, jobs=3, jitter=0.0,
+                           command_seconds=0.1, gate=loadgen.Candidates(2, 0.5))
+    assert (result["errors"], result["first_errors"]) == (0, {})
+    assert (result["contenders"], result["stood_by"]) == (6, 9)
+    assert (result["wins"], result["losses"]) == (3, 3)
+    assert result["jobs_not_run_once"] == []
+    assert result["overlaps"] == [] and result["runs_table"] == []
+    assert result["last_answer_s"] >= 0.5 > result["last_answer_less_steps_s"]
+
+
+def test_a_refresh_reads_the_rosters_size_not_the_fleets(env: Env) -> None:
+    server = loadgen.Server(env.dsn, env.dsn)
+    result = loadgen.refreshes(server, env.schema, hosts=2, jobs=2, census_hosts=100, k=3)
+    assert (result["errors"], result["count"]) == (0, 4)
+    assert result["roster_p50"] == result["roster_size"] == 64
+    assert env.query("SELECT count(*) FROM {schema}.attendance WHERE outcome = 'standby' "
+                     "AND host LIKE 'host-%%'") == [(4,)]
+
+
 def test_the_evidence_catches_an_overlap(env: Env) -> None:
     """The checks can fail: two tenures of one job that overlap, and a runs table that
     shows a run started inside another's."""

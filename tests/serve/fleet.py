@@ -80,10 +80,11 @@ ON CONFLICT (host) DO UPDATE SET jobs = h.jobs || excluded.jobs
 """
 ATTENDANCE = """
 INSERT INTO {schema}.attendance (job, host, first_attempt, ttl, outcome, last_attempt, slot,
-                                 gaps)
+                                 gaps, roster_key)
 SELECT 'nightly-backup', host, now() - interval '30 days', interval '1 minute', 'held',
        date_trunc('hour', now()) - interval '1 hour' + ago,
-       date_trunc('hour', now()) - interval '1 hour' + ago, '{{28800,28800}}'
+       date_trunc('hour', now()) - interval '1 hour' + ago, '{{28800,28800}}',
+       {schema}.roster_key('nightly-backup', host)
 FROM (VALUES ('web-1', interval '0'), ('old-host', interval '0'),
              (%(silent)s, interval '-2 days')) AS v(host, ago)
 """

@@ -110,6 +110,10 @@ class Cron:
             options += ["--retries", str(job.retries), "--retry-delay", "1s"]
         if job.wait:
             options += ["--wait", f"{job.wait:g}s"]
+        if job.candidates:
+            # The event log says which triggers were no candidate (the slots checker).
+            options += ["--candidates", str(job.candidates), "--candidate-step", "3s",
+                        "--event-log", str(self.out / f"events-{host.name}.jsonl")]
         seconds = self.rng[host.name].uniform(*job.seconds)
         command = ["env", "-u", "LD_PRELOAD", "-u", "SOAK_CLOCK_OFFSET", sys.executable, COMMAND,
                    str(self.out / f"marks-{host.name}"), host.name, host.dsn,
@@ -120,7 +124,11 @@ class Cron:
         env = {k: v for k, v in os.environ.items() if not k.startswith(("PG", "LD_PRELOAD"))}
         # Verbose: a pglock that fails leaves its traceback in the host's log (it says
         # nothing more when all goes well).
-        env.update(PGLOCK_DSN=host.dsn, PGLOCK_SCHEMA="pglock", PGLOCK_VERBOSE="1")
+        env.update(PGLOCK_DSN=host.dsn, PGLOCK_SCHEMA="pglock", PGLOCK_VERBOSE="1",
+                   # Each host its own name in the census (the namespaces share the
+                   # machine's host name: as one host, every trigger of cron-candidates
+                   # ranked itself first) and its own state (--candidates' rosters).
+                   PGLOCK_HOST=host.name, XDG_DATA_HOME=str(self.out / f"state-{host.name}"))
         offset = self.offsets[host.name]
         if offset and self.shim is not None:
             # The wall clock only: pglock's stopwatch (CLOCK_BOOTTIME) is the kernel's.

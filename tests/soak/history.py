@@ -15,6 +15,7 @@ import time
 from collections import defaultdict
 from collections.abc import Iterable, Iterator
 from dataclasses import asdict, dataclass, field
+from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
 
@@ -37,6 +38,8 @@ class JobSpec:
     mode: str = "lease"
     schedule: str | None = None
     limit: int = 1
+    # --candidates K: only each slot's first K hosts contend (docs/fleet.md).
+    candidates: int | None = None
     retries: int = 0
     ttl: float = 10.0
     wait: float = 0.0
@@ -182,6 +185,22 @@ class History:
     expected_slots: list[float] = field(default_factory=list)
     # The server: "none" (one), or a primary and a standby, "sync" or "async".
     replication: str = "none"
+    # (host, job, slot) of the triggers that were no candidate of their slot (--candidates)
+    # and asked nothing, from the hosts' event logs; with the rank each had.
+    stood_by: dict[tuple[str, str, float], int] = field(default_factory=dict)
+
+
+def read_stood_by(paths: Iterable[Path]) -> dict[tuple[str, str, float], int]:
+    """The `skipped` events with reason `not_candidate` of the hosts' event logs."""
+    found: dict[tuple[str, str, float], int] = {}
+    for path in paths:
+        for line in path.read_text().splitlines():
+            event = json.loads(line)
+            if event.get("reason") == "not_candidate" and event.get("slot"):
+                slot = datetime.fromisoformat(event["slot"]).timestamp()
+                found[(event["holder"], event["job"], slot)] = int(
+                    event.get("candidate_rank") or 0)
+    return found
 
 
 T = TypeVar("T")

@@ -39,6 +39,7 @@ from .history import (
     dump,
     load,
     read_marks,
+    read_stood_by,
 )
 from .nemesis import Nemesis, plan
 from .server import Server
@@ -66,6 +67,9 @@ def fleet_jobs() -> list[JobSpec]:
         JobSpec("cron-retry", schedule=MINUTELY, retries=2, fail=(1.0, 0.6), seconds=(1.0, 4.0)),
         JobSpec("cron-retry-adv", mode="advisory", schedule=MINUTELY, retries=2,
                 fail=(1.0, 0.6), seconds=(1.0, 4.0)),
+        # Two candidates per slot (docs/fleet.md): the others ask nothing; a slot whose
+        # candidates a fault took is missed, its misses explained by those faults.
+        JobSpec("cron-candidates", schedule=MINUTELY, candidates=2, seconds=(1.0, 8.0)),
     ]
 
 
@@ -215,6 +219,7 @@ def history(out: Path) -> tuple[History, dict[str, Any]]:
     found.writes = load(Write, out / "writes.jsonl")
     found.expected_slots = expected_slots(meta["started"], meta["stopped"])
     found.replication = meta.get("replication", "none")
+    found.stood_by = read_stood_by(sorted(out.glob("events-*.jsonl")))
     return found, meta
 
 

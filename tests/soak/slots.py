@@ -28,7 +28,11 @@ A host's part in a missed slot is accounted for when its invocation for the slot
   while the server had a fault other than a promotion: a trigger refused by the wait
   after a promotion waits for its end and runs the slot late (docs/ha.md), so a slot
   lost to that wait is a defect;
-- never happened because the host was frozen when cron would have fired it.
+- never happened because the host was frozen when cron would have fired it;
+- (`--candidates`) was no candidate of the slot and asked nothing (its event log says
+  so): the slot's candidates were the others; a miss with such parts is explained only
+  when a fault took at least K of the other parts (every candidate dead); fewer is a
+  defect (a live candidate that did not try its turn, or rosters that disagree).
 
 Clock offsets never account for anything: they stay within the documented bound, where
 pglock promises the same slot on every host (docs/schedules.md).
@@ -195,10 +199,15 @@ def explain_miss(spec: JobSpec, slot: float, runs: list[Run], invocations: list[
             unexplained.append(f"attempts {attempts}: the last one (run {last.id}) was cut "
                                "short by no fault")
     ran_on = {run.holder for run in runs}
+    standing_by = []
     for host in history.hosts:
         if host in ran_on:
             continue
         invocation = by_host.get(host)
+        rank = history.stood_by.get((host, spec.name, slot))
+        if invocation is not None and invocation.code == CONFLICT and rank is not None:
+            standing_by.append(f"{host}: not a candidate (rank {rank})")
+            continue
         cause: Fault | Run | None = (_unfired(host, slot, history.faults) if invocation is None
                  else _refusing(invocation, spec, history.faults, job_runs or runs))
         what = "not fired" if invocation is None else f"exit {invocation.code}"
@@ -208,7 +217,14 @@ def explain_miss(spec: JobSpec, slot: float, runs: list[Run], invocations: list[
             reasons.append(f"{host}: {what}: held by run {cause.id} ({cause.outcome})")
         else:
             reasons.append(f"{host}: {what}: {cause.kind}")
-    return reasons, unexplained
+    # Each host that stood by ranked K others above it: the slot is missed only if a fault
+    # took K hosts' parts (every candidate dead, docs/fleet.md); fewer, and a live
+    # candidate did not try its turn (rosters that disagree, a step not taken): a defect.
+    k = min(spec.candidates or 1, len(history.hosts))
+    if standing_by and not unexplained and len(reasons) < k:
+        unexplained.append(f"{len(standing_by)} host(s) not candidates of the slot, and a "
+                           f"fault took {len(reasons)} of its {k} candidates' parts")
+    return reasons + standing_by, unexplained
 
 
 def _cutting(run: Run, spec: JobSpec, faults: list[Fault]) -> Fault | None:

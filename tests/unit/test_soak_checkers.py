@@ -190,6 +190,37 @@ def test_a_last_attempt_cut_by_a_fault_explains_the_refusals_it_caused() -> None
                    ).state == "missed-unexplained"
 
 
+def test_a_host_that_was_no_candidate_is_accounted_for_only_beside_a_fault() -> None:
+    """--candidates 2: h3 stood by (its event log says not_candidate); the slot's
+    candidates h1 and h2 were frozen when cron would have fired them: explained. Every host
+    standing by with no fault anywhere (a slot nobody was a candidate of), or fewer than K
+    candidates taken by a fault, is a defect."""
+    frozen = [fault("freeze-host", h, -5, 70) for h in ("h1", "h2")]
+    history = History({"c": CRON}, HOSTS, faults=frozen, invocations=losers("h3"),
+                      expected_slots=[SLOT], stood_by={("h3", "c", SLOT): 3})
+    [found] = slots.check(history)
+    assert found.state == "missed-explained"
+    assert "h3: not a candidate (rank 3)" in found.why
+    # Without the event's word, h3's refusal has no holder and no fault: unexplained.
+    history.stood_by = {}
+    assert slots.check(history)[0].state == "missed-unexplained"
+    nobody = History({"c": CRON}, HOSTS, invocations=losers(*HOSTS), expected_slots=[SLOT],
+                     stood_by={(h, "c", SLOT): 3 for h in HOSTS})
+    assert slots.check(nobody)[0].state == "missed-unexplained"
+    # K = 2 and one candidate frozen: the second should have run the slot a step later.
+    two = JobSpec("c", schedule="* * * * *", candidates=2)
+    one_frozen = History({"c": two}, HOSTS, faults=frozen[:1], invocations=losers("h2", "h3"),
+                         expected_slots=[SLOT],
+                         stood_by={("h2", "c", SLOT): 3, ("h3", "c", SLOT): 3})
+    [found] = slots.check(one_frozen)
+    assert found.state == "missed-unexplained"
+    assert "a fault took 1 of its 2 candidates' parts" in found.why[0]
+    # Both frozen: every candidate dead, the slot missed as documented.
+    both = History({"c": two}, HOSTS, faults=frozen, invocations=losers("h3"),
+                   expected_slots=[SLOT], stood_by={("h3", "c", SLOT): 3})
+    assert slots.check(both)[0].state == "missed-explained"
+
+
 def test_a_clock_offset_explains_nothing() -> None:
     skewed = [fault("clock", h, -30, 30) for h in HOSTS]
     assert verdict([], losers(*HOSTS), skewed).state == "missed-unexplained"

@@ -215,12 +215,17 @@ $$;
 -- applies to the row proposed, before the conflict, whose limit a replay may have
 -- raised on the existing one.) p_late: why the run starts late (version 9:
 -- 'promotion_wait', it waited out the wait after a promotion), shown by history. A traced
--- run's trace and span ids go on the row (version 9; NULL: not traced).
+-- run's trace and span ids go on the row (version 9; NULL: not traced). Candidates
+-- (version 9): the rank of the winner in its slot's turns goes on the row (a further
+-- attempt, which start_run starts without one, keeps its claim's first), and the job's
+-- candidates and step on the job's (a further attempt leaves them).
 CREATE OR REPLACE FUNCTION {schema}.record_start(
     p_job text, p_slot timestamptz, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_fencing_token bigint, p_command text, p_schedule text,
     p_timezone text, p_next_slot timestamptz, p_grace interval, p_retries integer,
-    p_attempt integer, p_late text, p_trace_id text, p_span_id text)
+    p_attempt integer, p_late text, p_trace_id text, p_span_id text,
+    p_rank integer DEFAULT NULL, p_candidates integer DEFAULT NULL,
+    p_step interval DEFAULT NULL)
 RETURNS TABLE (run_id bigint, started_at timestamptz, attempt integer, attempt_limit integer)
 LANGUAGE sql SET search_path = pg_catalog, pg_temp AS $$
 WITH claim AS (
@@ -252,14 +257,20 @@ WITH claim AS (
 ), started AS (
     INSERT INTO {schema}.runs
         (job, slot, mode, holder, holder_pid, fencing_token, command, started_at, outcome,
-         attempt, manual, claim_digest, seat, late_reason, trace_id, span_id)
+         attempt, manual, claim_digest, seat, late_reason, trace_id, span_id,
+         candidate_rank)
     SELECT p_job, p_slot, p_mode, p_holder, p_holder_pid, p_fencing_token,
            p_command, clock_timestamp(), 'running',
            coalesce((SELECT attempts FROM opened), p_attempt),
            p_slot IS NULL AND EXISTS (
                SELECT 1 FROM {schema}.jobs WHERE job = p_job AND schedule IS NOT NULL),
            sha256(convert_to(p_holder_id, 'UTF8')), (SELECT seat FROM claim), p_late,
-           p_trace_id, p_span_id
+           p_trace_id, p_span_id,
+           CASE WHEN p_rank IS NOT NULL OR p_attempt <= 1 THEN p_rank
+                ELSE (SELECT r.candidate_rank FROM {schema}.runs r
+                      WHERE r.job = p_job AND r.fencing_token = p_fencing_token
+                        AND r.claim_digest = sha256(convert_to(p_holder_id, 'UTF8'))
+                      ORDER BY r.id LIMIT 1) END
     RETURNING id, started_at, attempt,
               coalesce((SELECT attempt_limit FROM opened), 1 + p_retries) AS limit_
 ), latest_abandoned AS (
@@ -268,17 +279,22 @@ WITH claim AS (
     INSERT INTO {schema}.jobs AS j
         (job, mode, schedule, timezone, last_slot, next_slot, grace, last_run_id,
          last_started_at, last_holder, last_finished_run_id, last_finished_at, last_outcome,
-         last_duration, outcome_counts, consecutive_failures, last_attempt, attempt_limit)
+         last_duration, outcome_counts, consecutive_failures, last_attempt, attempt_limit,
+         candidates, candidate_step)
     SELECT p_job, p_mode, p_schedule, p_timezone, p_slot, p_next_slot, p_grace,
            s.id, s.started_at, p_holder,
            a.id, a.finished_at, CASE WHEN a.id IS NOT NULL THEN 'abandoned' END, a.duration,
            CASE WHEN a.id IS NOT NULL
                 THEN jsonb_build_object('abandoned', (SELECT count(*) FROM abandoned))
                 ELSE '{{}}' END,
-           (SELECT count(*) FROM abandoned), s.attempt, s.limit_
+           (SELECT count(*) FROM abandoned), s.attempt, s.limit_, p_candidates, p_step
     FROM started s LEFT JOIN latest_abandoned a ON true
     ON CONFLICT (job) DO UPDATE SET
         mode = excluded.mode,
+        candidates = CASE WHEN p_attempt > 1 AND excluded.candidates IS NULL
+                          THEN j.candidates ELSE excluded.candidates END,
+        candidate_step = CASE WHEN p_attempt > 1 AND excluded.candidates IS NULL
+                              THEN j.candidate_step ELSE excluded.candidate_step END,
         -- A run without --schedule (by hand) leaves the job's schedule and slots alone.
         schedule = CASE WHEN excluded.last_slot IS NULL THEN j.schedule
                         ELSE excluded.schedule END,
@@ -316,23 +332,28 @@ $$;
 
 -- attend: the census (docs/operators.md, "The census"): this host attempted the job, and
 -- how the attempt came out (won: it ran; else the slot was done, the job paused, or the
--- lock held). Called by acquire once the outcome is known, inside its statement: a loser
--- still sends one. The attempt is rewritten at most once a minute of the database's clock
--- (a winner that lost earlier in the same minute, with --wait, records that it ran), in
--- an unlogged table: no WAL. The host's row (logged) is read only when the attempt was
--- written, and written only when the host is new, its versions changed, or it attempted
--- this job a second time (the job joins those it attends). An unnamed host (NULL, as a
--- pglock of an older version sends none) is none.
+-- lock held; p_standby: it was not among the slot's candidates and only asked for the
+-- job's roster, members()). Called by acquire once the outcome is known, inside its
+-- statement: a loser still sends one. The attempt is rewritten at most once a minute of
+-- the database's clock (a winner that lost earlier in the same minute, with --wait,
+-- records that it ran), in an unlogged table: no WAL. The host's row (logged) is read
+-- only when the attempt was written, and written only when the host is new, its versions
+-- changed, or it attempted this job a second time (the job joins those it attends). An
+-- unnamed host (NULL, as a pglock of an older version sends none) is none. p_due: a host
+-- that contends only in its turns (--candidates) is seen again within it (NULL: at every
+-- trigger); a host seen again is back in the job's roster if it had passed its turn.
 CREATE OR REPLACE FUNCTION {schema}.attend(
     p_host text, p_pglock text, p_python text, p_job text, p_slot timestamptz,
-    p_ttl interval, p_won boolean, p_slot_ran boolean, p_paused boolean)
+    p_ttl interval, p_won boolean, p_slot_ran boolean, p_paused boolean,
+    p_due interval DEFAULT NULL, p_standby boolean DEFAULT false)
 RETURNS void
 LANGUAGE plpgsql VOLATILE SET search_path = pg_catalog, pg_temp AS $$
 DECLARE
     v_now timestamptz := clock_timestamp();
     v_minute timestamptz := date_trunc('minute', clock_timestamp());
     v_outcome text := CASE WHEN p_won THEN 'ran' WHEN p_slot_ran THEN 'slot_done'
-                           WHEN p_paused THEN 'paused' ELSE 'held' END;
+                           WHEN p_paused THEN 'paused' WHEN p_standby THEN 'standby'
+                           ELSE 'held' END;
     v_gaps integer;
     v_host record;
 BEGIN
@@ -340,11 +361,12 @@ BEGIN
         RETURN;
     END IF;
     INSERT INTO {schema}.attendance AS a
-        (job, host, first_attempt, ttl, outcome, last_attempt, slot)
-    VALUES (p_job, p_host, v_now, p_ttl, v_outcome, v_now, p_slot)
+        (job, host, first_attempt, ttl, outcome, last_attempt, slot, due, roster_key)
+    VALUES (p_job, p_host, v_now, p_ttl, v_outcome, v_now, p_slot, p_due,
+            {schema}.roster_key(p_job, p_host))
     ON CONFLICT (job, host) DO UPDATE SET
         ttl = excluded.ttl, outcome = excluded.outcome, last_attempt = excluded.last_attempt,
-        slot = excluded.slot,
+        slot = excluded.slot, due = excluded.due,
         -- The seconds since the last recorded attempt, the newest last (5 kept); not for
         -- a win recorded in the minute of its own earlier try.
         gaps = CASE WHEN date_trunc('minute', a.last_attempt) < v_minute
@@ -352,6 +374,9 @@ BEGIN
                          [greatest(1, cardinality(a.gaps) - 3):]
                     ELSE a.gaps END
     WHERE date_trunc('minute', a.last_attempt) < v_minute OR (p_won AND a.outcome <> 'ran')
+          -- Seen again after passing its turn: back in the roster at once; a promise that
+          -- changed (the host's options did) counts at once too.
+          OR a.passed_at >= a.last_attempt OR a.due IS DISTINCT FROM excluded.due
     RETURNING cardinality(a.gaps) INTO v_gaps;
     IF v_gaps IS NULL THEN
         -- Recorded already this minute.
@@ -369,6 +394,68 @@ BEGIN
                         ELSE jobs END
         WHERE host = p_host;
     END IF;
+END
+$$;
+
+-- roster_key: where a host stands in a job's roster (roster()): the first 8 bytes of
+-- sha256(job, U+001F, host) as a signed bigint. Any order that is the same on every
+-- server and spread across hosts would do; this one is FIPS-safe and stable across
+-- PostgreSQL versions.
+CREATE OR REPLACE FUNCTION {schema}.roster_key(p_job text, p_host text) RETURNS bigint
+LANGUAGE sql IMMUTABLE STRICT SET search_path = pg_catalog, pg_temp AS $$
+    SELECT ('x' || left(encode(sha256(convert_to(p_job || chr(31) || p_host, 'UTF8')),
+                               'hex'), 16))::bit(64)::bigint
+$$;
+
+-- roster: the hosts a slot of the job is ranked over (docs/fleet.md, "Candidates"): those
+-- of its census seen lately (within twice their promise, p_due, for a host that contends
+-- only in its turns; else twice their usual interval, at least 2 minutes), that have not
+-- passed a turn since, and not forgotten; at most p_size of them, the first by
+-- roster_key (an index range read: the cost of a refresh does not grow with the fleet).
+-- The ranking itself, a rendezvous hash of (job, slot, host), is the client's
+-- (pglock/lock/candidates.py).
+CREATE OR REPLACE FUNCTION {schema}.roster(p_job text, p_size integer) RETURNS text[]
+LANGUAGE sql STABLE SET search_path = pg_catalog, pg_temp AS $$
+    SELECT coalesce(array_agg(r.host ORDER BY r.roster_key, r.host), '{{}}')
+    FROM (SELECT a.host, a.roster_key FROM {schema}.attendance a
+          WHERE a.job = p_job
+            AND (a.passed_at IS NULL OR a.passed_at < a.last_attempt)
+            AND a.last_attempt >= clock_timestamp() - CASE
+                WHEN a.due IS NOT NULL THEN 2 * a.due
+                ELSE greatest(interval '2 minutes',
+                              2 * (SELECT percentile_disc(0.5) WITHIN GROUP (ORDER BY g)
+                                   FROM unnest(a.gaps) g) * interval '1 second') END
+          ORDER BY a.roster_key, a.host
+          LIMIT p_size) r
+$$;
+
+-- members: a host that contends only in its turns and has not connected for a while
+-- (--candidates-refresh) asks for the rosters of its jobs, in one statement: each job's
+-- attendance is recorded (standby, with its promise) and its roster returned. It acts
+-- only when the caller's version is the schema's (as acquire: the version alone
+-- otherwise).
+CREATE OR REPLACE FUNCTION {schema}.members(
+    p_version integer, p_host text, p_pglock text, p_python text, p_jobs text[],
+    p_slots timestamptz[], p_ttls interval[], p_dues interval[], p_sizes integer[])
+RETURNS TABLE (schema_version integer, job text, roster text[])
+LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
+#variable_conflict use_column
+DECLARE
+    v_index integer;
+BEGIN
+    SELECT value::integer INTO schema_version FROM {schema}.meta WHERE key = 'version';
+    IF schema_version IS DISTINCT FROM p_version THEN
+        RETURN NEXT;
+        RETURN;
+    END IF;
+    FOR v_index IN 1 .. coalesce(cardinality(p_jobs), 0) LOOP
+        job := p_jobs[v_index];
+        PERFORM {schema}.attend(p_host, p_pglock, p_python, job, p_slots[v_index],
+                                p_ttls[v_index], false, false, false, p_dues[v_index],
+                                true);
+        roster := {schema}.roster(job, p_sizes[v_index]);
+        RETURN NEXT;
+    END LOOP;
 END
 $$;
 
@@ -413,10 +500,11 @@ $$;
 -- statement sent again) is not taken twice. A holder stopped or cut off past its
 -- horizon, whose session lives on, is ended first (evict), so that its job is taken over
 -- (version 9). A loser records its host's attempt in the census (attend), as acquire
--- does. It acts only when the caller's version is the schema's (as acquire).
+-- does (p_due: as acquire's). It acts only when the caller's version is the schema's (as
+-- acquire).
 CREATE OR REPLACE FUNCTION {schema}.take(
     p_version integer, p_job text, p_slot timestamptz, p_ttl interval, p_host text,
-    p_pglock text, p_python text)
+    p_pglock text, p_python text, p_due interval)
 RETURNS TABLE (schema_version integer, taken boolean, session_pid integer)
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
@@ -440,7 +528,7 @@ BEGIN
         IF NOT taken THEN
             -- The census: a loser to another session's lock sends no other statement.
             PERFORM {schema}.attend(p_host, p_pglock, p_python, p_job, p_slot, p_ttl,
-                                    false, false, false);
+                                    false, false, false, p_due);
         END IF;
     END IF;
     RETURN NEXT;
@@ -472,6 +560,13 @@ $$;
 -- The census (version 9): every caller of this version, winner or loser, records its
 -- host's attempt (attend), named by p_host, with its pglock and Python versions (an
 -- advisory loser, in take).
+-- Candidates (version 9, docs/fleet.md "Candidates"): a host that contends only in its
+-- turns (p_candidates: K, p_step: the delay between two ranks) records its promise
+-- (p_due) with its attempt and learns the job's roster (roster of p_roster hosts), which
+-- it ranks its next slots over without connecting; its run records its rank (p_rank).
+-- A winner of rank r > 1 names the candidates above it (p_passed): those not seen since
+-- the slot's first turn are left out of the roster until they are seen again (a dead
+-- first candidate costs one slot one step, not every slot of the roster's lifetime).
 CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_version integer, p_job text, p_mode text, p_holder text, p_holder_pid integer,
     p_holder_id text, p_ttl interval, p_slot timestamptz, p_handover_from bigint,
@@ -479,13 +574,14 @@ CREATE OR REPLACE FUNCTION {schema}.acquire(
     p_next_slot timestamptz, p_grace interval, p_retries integer, p_attempt integer,
     p_limit integer, p_final boolean, p_backlog timestamptz[], p_windows text[],
     p_late text, p_trace_id text, p_span_id text, p_host text, p_pglock text,
-    p_python text)
+    p_python text, p_candidates integer, p_step interval, p_due interval,
+    p_roster integer, p_rank integer, p_passed text[])
 RETURNS TABLE (schema_version integer, session_held boolean, slot_ran boolean,
                is_paused boolean, token bigint, first_handover bigint, held_by text,
                run_id bigint, run_started_at timestamptz, run_attempt integer,
                run_attempt_limit integer, seat integer, was_running boolean,
                missed_slots timestamptz[], prior_slot timestamptz,
-               promotion_wait interval)
+               promotion_wait interval, roster text[])
 LANGUAGE plpgsql SECURITY DEFINER SET search_path = pg_catalog, pg_temp AS $$
 #variable_conflict use_column
 DECLARE
@@ -597,7 +693,10 @@ BEGIN
         END IF;
         IF token IS NULL THEN
             PERFORM {schema}.attend(p_host, p_pglock, p_python, p_job, p_slot, p_ttl,
-                                    false, false, false);
+                                    false, false, false, p_due);
+            IF p_roster IS NOT NULL THEN
+                roster := {schema}.roster(p_job, p_roster);
+            END IF;
             -- Any value lets a waiter take a seat in its hold on its next try.
             first_handover := 0;
             SELECT string_agg(s.holder, ', ' ORDER BY s.seat) INTO held_by
@@ -671,7 +770,18 @@ BEGIN
     END IF;
     -- The census: who attempted, and how it came out (a won seat comes here too).
     PERFORM {schema}.attend(p_host, p_pglock, p_python, p_job, p_slot, p_ttl,
-                            token IS NOT NULL, slot_ran, is_paused);
+                            token IS NOT NULL, slot_ran, is_paused, p_due);
+    IF token IS NOT NULL AND cardinality(p_passed) > 0 THEN
+        -- Candidates above this winner that were not seen since the slot's first turn
+        -- (this winner tries r-1 steps after it; with half a step of slack) passed it: by
+        -- the database's clock alone.
+        UPDATE {schema}.attendance SET passed_at = clock_timestamp()
+        WHERE job = p_job AND host = ANY(p_passed)
+          AND last_attempt < clock_timestamp() - (p_rank - 0.5) * p_step;
+    END IF;
+    IF p_roster IS NOT NULL THEN
+        roster := {schema}.roster(p_job, p_roster);
+    END IF;
     IF token IS NULL THEN
         -- The first holder a contender that starts waiting now may take over from at its
         -- release: the one running, or (released, in its hold) whoever takes it next.
@@ -751,7 +861,7 @@ BEGIN
         FROM {schema}.record_start(p_job, p_slot, p_mode, p_holder, p_holder_pid,
                                    p_holder_id, token, p_command, p_schedule, p_timezone,
                                    p_next_slot, p_grace, p_retries, p_attempt, p_late,
-                                   p_trace_id, p_span_id) s;
+                                   p_trace_id, p_span_id, p_rank, p_candidates, p_step) s;
     END IF;
     IF p_slot IS NOT NULL THEN
         -- The job's windows as this run gives them (status reads them); written only when
@@ -1265,13 +1375,17 @@ $$;
 -- anew is covered.)
 REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text),
     {schema}.record_start(text, timestamptz, text, text, integer, text, bigint, text, text,
-                          text, timestamptz, interval, integer, integer, text, text, text),
+                          text, timestamptz, interval, integer, integer, text, text, text,
+                          integer, integer, interval),
     {schema}.acquire(integer, text, text, text, integer, text, interval, timestamptz, bigint,
                      boolean, text, text, text, timestamptz, interval, integer, integer,
                      integer, boolean, timestamptz[], text[], text, text, text, text, text,
-                     text),
+                     text, integer, interval, interval, integer, integer, text[]),
     {schema}.attend(text, text, text, text, timestamptz, interval, boolean, boolean,
-                    boolean),
+                    boolean, interval, boolean),
+    {schema}.roster_key(text, text), {schema}.roster(text, integer),
+    {schema}.members(integer, text, text, text, text[], timestamptz[], interval[],
+                     interval[], integer[]),
     {schema}.catch_up(text, text, bigint, timestamptz[], integer, integer, timestamptz),
     {schema}.start_run(text, text, bigint, text, timestamptz, text, text, timestamptz,
                        interval, integer, integer),
@@ -1283,7 +1397,7 @@ REVOKE ALL ON FUNCTION {schema}.advisory_key(text), {schema}.session_holds(text)
     {schema}.next_token(bigint, bigint), {schema}.advisory_horizon(interval),
     {schema}.granted(bigint, interval), {schema}.keeps(bigint, timestamptz, timestamptz),
     {schema}.evict(text), {schema}.missed(text, timestamptz, text, integer),
-    {schema}.take(integer, text, timestamptz, interval, text, text, text),
+    {schema}.take(integer, text, timestamptz, interval, text, text, text, interval),
     {schema}.takeable({schema}.locks, text, text, text, boolean, bigint),
     {schema}.seat_takeable({schema}.seats, text, boolean, bigint),
     {schema}.release(text, text, bigint, interval, timestamptz),

@@ -50,9 +50,13 @@ def test_the_runner_gets_the_functions_revoked_from_public() -> None:
         "granted(bigint, interval)", "keeps(bigint, timestamptz, timestamptz)", "evict(text)",
         "takeable({schema}.locks, text, text, text, boolean, bigint)",
         "seat_takeable({schema}.seats, text, boolean, bigint)",
-        "attend(text, text, text, text, timestamptz, interval, boolean, boolean, boolean)",
+        "attend(text, text, text, text, timestamptz, interval, boolean, boolean, boolean, "
+        "interval, boolean)",
         "record_start(text, timestamptz, text, text, integer, text, bigint, text, text, text, "
-        "timestamptz, interval, integer, integer, text, text, text)"}
+        "timestamptz, interval, integer, integer, text, text, text, integer, integer, "
+        "interval)",
+        # A job's roster (candidates): the reader's to call, for `pglock hosts --next`.
+        "roster_key(text, text)", "roster(text, integer)"}
 
 
 def test_each_role_is_granted_what_it_needs_and_no_more() -> None:
@@ -64,10 +68,12 @@ def test_each_role_is_granted_what_it_needs_and_no_more() -> None:
                                                        "GRANT SELECT ")) for line in runner)
     assert not any(re.search(r"INSERT|UPDATE|DELETE|holder_id", line) for line in runner)
     reader = [line for line in lines if line.endswith(" TO pglock_reader;")]
-    # The reader executes one function: the fencing guard (docs/lease.md, "Fencing").
+    # The reader executes two functions: the fencing guard (docs/lease.md, "Fencing") and
+    # a job's roster (`pglock hosts --next`), which reads with its own rights.
+    allowed = (".fence(text, text, bigint)", ".roster(text, integer)")
     assert not any(re.search(r"INSERT|UPDATE|DELETE|EXECUTE|holder_id", line)
-                   for line in reader if ".fence(text, text, bigint)" not in line)
-    assert sum(" EXECUTE " in line for line in reader) == 1
+                   for line in reader if not any(name in line for name in allowed))
+    assert sum(" EXECUTE " in line for line in reader) == 2
     assert 'GRANT "pglock_runner" TO "web1";' in lines
     assert 'GRANT "pglock_operator" TO "o""p";' in lines
     assert "CREATE ROLE \"pglock_reader\" NOLOGIN;" in text

@@ -4,6 +4,7 @@ who of a job's hosts attends it, who went silent and when, and how every report 
 from __future__ import annotations
 
 import dataclasses
+from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -250,7 +251,8 @@ def test_status_json_gives_the_census_of_the_job_read_with_it() -> None:
     judged = census_job(row("web-1", at=now, slot=now), row("web-2", at=T0, seen=T0))
     assert screens.job_json(judged)["hosts"] == {
         "attending": ["web-1"],
-        "silent": [{"host": "web-2", "last_attempt": T0.isoformat(), "whole": True}]}
+        "silent": [{"host": "web-2", "last_attempt": T0.isoformat(), "whole": True}],
+        "candidates": None}
     assert screens.job_json(job("sync"))["hosts"] is None
 
 
@@ -289,6 +291,31 @@ def test_an_unscheduled_host_lost_in_a_crash_gets_a_day() -> None:
     assert standing(lost(), T0 + timedelta(hours=23), Recorded(None)) is Standing.ATTENDING
     assert standing(lost(), T0 + timedelta(hours=24, seconds=1), Recorded(None)) \
         is Standing.SILENT
+
+
+def test_a_host_that_contends_in_its_turns_is_judged_by_its_promise() -> None:
+    """A host run with --candidates attempts few of a minutely job's slots: seen 15
+    minutes ago at its last refresh, it is not silent while its promise (refresh + the
+    job's interval: 11 minutes) has not passed twice; the slot rule alone would call it
+    silent after two slots."""
+    now = T0 + timedelta(minutes=15)
+    recorded = Recorded("* * * * *", "UTC")
+    gated = replace(row("web-1", at=T0, slot=T0), due=660.0)
+    assert standing(row("web-1", at=T0, slot=T0), now, recorded) is Standing.SILENT
+    assert standing(gated, now, recorded) is Standing.ATTENDING
+    assert standing(gated, T0 + timedelta(minutes=22, seconds=1), recorded) is Standing.SILENT
+    assert standing(gated, T0 + timedelta(minutes=21, seconds=59), recorded) is (
+        Standing.ATTENDING)
+
+
+def test_status_names_the_jobs_candidates() -> None:
+    now = T0 + timedelta(minutes=5)
+    judged = census_job(replace(row("web-1", at=now, slot=now), due=660.0, candidates=3,
+                                step=10.0))
+    assert screens.job_json(judged)["hosts"]["candidates"] == {"k": 3, "step": 10.0}
+    assert judged.census is not None
+    line = census_screens.census_line("sync", judged.census, now)
+    assert line.endswith("candidates: 3 per slot, 10s apart (pglock hosts --job sync --next)")
 
 
 def ttl_row(host: str, ttl: float, now: datetime) -> Attendance:

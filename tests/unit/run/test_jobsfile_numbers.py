@@ -25,7 +25,7 @@ def test_every_duration_key_is_listed() -> None:
 @pytest.mark.parametrize("key", DURATION_KEYS)
 @pytest.mark.parametrize(("number", "text"), [(30, "30"), (30.5, "30.5"), (1.5e2, "150")])
 def test_a_duration_key_takes_a_number_of_seconds(key: str, number: float, text: str) -> None:
-    table = {"command": ["true"], "schedule": "* * * * *", key: number}
+    table = {"command": ["true"], "schedule": "* * * * *", "candidates": 3, key: number}
     job = jobsfile.checked(Path("config.toml"), "j", table)
     assert job.values[key.replace("-", "_")] == text
 

@@ -26,6 +26,8 @@ WHERE = {
     "--deadline": [*RUN, "--schedule", "* * * * *"], "--grace": [*RUN, "--schedule", "* * * * *"],
     "--since": ["history"], "--older-than": ["prune", "--yes"], "--interval": ["status"],
     "--retry-delay": RUN, "--hook-timeout": RUN,
+    "--candidate-step": [*RUN, "--candidates", "3"],
+    "--candidates-refresh": [*RUN, "--candidates", "3"],
     "--until": ["pause", "--job", "x", "--reason", "r", "--dsn", UNREACHABLE],
     "--paused-warning": ["check"], "--slow-warning": ["check"], "--slow-critical": ["check"],
 }
@@ -69,6 +71,42 @@ def test_history_limit_has_a_range(value: str) -> None:
     assert called.code == 2
     assert called.stderr == f"pglock: --limit: {value} is out of range (1 to 100000)\n"
     assert HISTORY_LIMIT.high == 100_000
+
+
+@pytest.mark.parametrize(("value", "message"), [
+    ("0", "--candidates: 0 is out of range (1 to 1000)"),
+    ("-1", "--candidates: -1 is out of range (1 to 1000)"),
+    ("1001", "--candidates: 1001 is out of range (1 to 1000)"),
+    ("x", "Invalid value for '--candidates': 'x' is not a valid int. (see 'pglock run "
+          "--help')"),
+    ("1.5", "Invalid value for '--candidates': '1.5' is not a valid int. (see 'pglock run "
+            "--help')")])
+def test_candidates_has_a_range(value: str, message: str) -> None:
+    """--candidates K: 1 to 1000 hosts per slot; anything else is one line, exit 2, before
+    any connection (the DSN does not parse)."""
+    called = invoke(*line(RUN, "--candidates", value))
+    assert (called.code, called.stdout, called.stderr) == (2, "", f"pglock: {message}\n")
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--candidate-step", "5s"], "--candidate-step needs --candidates"),
+    (["--candidates-refresh", "1h"], "--candidates-refresh needs --candidates"),
+    (["--candidates", "2", "--limit", "3"],
+     "--candidates must be at least --limit: a semaphore's seats are taken by candidates "
+     "only")])
+def test_the_candidates_options_go_together(args: list[str], message: str) -> None:
+    called = invoke(*RUN, *args, "--", "true")
+    assert (called.code, called.stderr) == (2, f"pglock: {message}\n")
+
+
+def test_a_crontab_variable_of_the_candidates_applies_only_with_them(
+        monkeypatch: pytest.MonkeyPatch) -> None:
+    """PGLOCK_CANDIDATE_STEP set for a whole crontab is ignored by its lines without
+    --candidates (as PGLOCK_TZ by those without --schedule): they fail only at the
+    unreachable database."""
+    monkeypatch.setenv("PGLOCK_CANDIDATE_STEP", "3s")
+    called = invoke(*RUN, "--", "true")
+    assert called.code == 125, called.stderr
 
 
 @pytest.mark.parametrize("value", ["2MiB", "99999999999999999999999999", "9" * 5000])
@@ -133,3 +171,13 @@ def test_retries_out_of_range_are_a_usage_error(value: str) -> None:
     called = invoke("run", "--job", "j", "--retries", value, "--", "true")
     assert called.code == 2, called
     assert called.stderr.count("\n") == 1 and "--retries" in called.stderr, called.stderr
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (["--next"], "--next and --slot need --job NAME"),
+    (["--job", "x", "--next", "--slot", "2026-11-22T03:00"], "--next and --slot: give one"),
+    (["--job", "x", "--slot", "soon"], "--slot: 'soon' is not a time (2026-11-24T03:00, "
+                                       "2026-11-24 03:00+01:00)")])
+def test_hosts_next_and_slot_are_refused_in_one_line(args: list[str], message: str) -> None:
+    called = invoke("hosts", *args, "--dsn", UNREACHABLE)
+    assert (called.code, called.stdout, called.stderr) == (2, "", f"pglock: {message}\n")

@@ -16,7 +16,10 @@
 --   column), waits for it and tries once more; its run says it started late, and a slot
 --   given up for it is recorded as missed, with the reason (below);
 -- - acquire refuses a slot more than a minute ahead of the server's clock (a host whose
---   clock runs fast), before it takes or records anything (issue 46, N-L12).
+--   clock runs fast), before it takes or records anything (issue 46, N-L12);
+-- - candidates (issue 47): with --candidates K only the first K hosts of a slot's ranking
+--   contend, the others ask nothing; a host learns the ranking's hosts (the job's roster)
+--   from acquire or, when it has not connected for a while, from members().
 
 -- The longest ttl granted for the job (or seat) on the timeline its row was last taken
 -- under: what the wait after the next promotion covers, whatever the ttl of the holder
@@ -98,23 +101,45 @@ CREATE UNLOGGED TABLE {schema}.attendance (
     host          text NOT NULL,
     first_attempt timestamptz NOT NULL,
     ttl           interval NOT NULL,
-    outcome       text NOT NULL CHECK (outcome IN ('ran', 'held', 'paused', 'slot_done')),
+    outcome       text NOT NULL
+                  CHECK (outcome IN ('ran', 'held', 'paused', 'slot_done', 'standby')),
     last_attempt  timestamptz NOT NULL,
     slot          timestamptz,
     gaps          integer[] NOT NULL DEFAULT '{{}}',
+    -- Candidates (issue 47, docs/fleet.md "Candidates"): a host that contends only in its
+    -- turns (--candidates) promises to be seen again within `due` (its
+    -- --candidates-refresh plus the job's interval), and is silent past twice that
+    -- (NULL: it contends at every trigger; the census's rule). `passed_at`: when a
+    -- candidate ranked below it ran a slot it did not attempt (it is left out of the
+    -- job's roster until it is seen again). `roster_key` orders a job's hosts for its
+    -- roster (roster_key()), fixed when the row is made.
+    due           interval,
+    passed_at     timestamptz,
+    roster_key    bigint NOT NULL,
     PRIMARY KEY (job, host)
 ) WITH (fillfactor = 50, autovacuum_analyze_scale_factor = 100);
 -- A host's rows (its last attempt of any job; forget-host). host never changes in a row:
 -- the rewrites stay HOT.
 CREATE INDEX attendance_host ON {schema}.attendance (host);
+-- A job's roster (roster()): its first hosts by roster_key, read in that order and
+-- stopped at the roster's size. roster_key never changes in a row: the rewrites stay HOT.
+CREATE INDEX attendance_roster ON {schema}.attendance (job, roster_key);
 
 -- An operator's action on a host (`pglock forget-host`): the host it was about. Such a
 -- row has no job, and is no action on every job.
 ALTER TABLE {schema}.audit ADD COLUMN host text;
 
--- Signatures that change: acquire (a column and parameters more: the trace ids, the
--- census's host and versions), record_start (parameters more), sighting (columns more);
--- restamp is gone. (take, attend and start_run's overload are new.) A pglock 8 that then
+-- Candidates (issue 47): the rank of the host that ran a run in its slot's turns (1: the
+-- first candidate; NULL: the run was not limited to candidates, or its host did not know
+-- its rank), and a job's candidates as its last run was given them (--candidates K and
+-- --candidate-step; NULL: every host contends), which status shows.
+ALTER TABLE {schema}.runs ADD COLUMN candidate_rank integer;
+ALTER TABLE {schema}.jobs ADD COLUMN candidates integer, ADD COLUMN candidate_step interval;
+
+-- Signatures that change: acquire (columns and parameters more: the trace ids, the
+-- census's host and versions, the candidates), record_start (parameters more), sighting
+-- (columns more); restamp is gone. (take, attend, start_run's overload, roster_key,
+-- roster and members are new.) A pglock 8 that then
 -- finds no acquire of its own reads the version and refuses, as it does any newer
 -- schema's.
 DROP FUNCTION IF EXISTS {schema}.acquire(integer, text, text, text, integer, text, interval,
