@@ -8,6 +8,7 @@ import os
 import select
 import signal
 import subprocess
+from typing import Any
 
 from pglock.lock import clock
 from pglock.run.told import Told
@@ -29,25 +30,30 @@ def run_hook(name: str, command: str, env: dict[str, str], stdin: bytes,
     """`sh -c command` in a session of its own, killed (its whole group) at the timeout;
     the end of its output is kept only to say why it failed."""
     what = f"{name} hook"
+    process: _Hook | None = None
     try:
-        process = subprocess.Popen(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
-                                   stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
-                                   start_new_session=True)
+        process = _Hook(["/bin/sh", "-c", command], stdin=subprocess.PIPE,
+                        stdout=subprocess.PIPE, stderr=subprocess.STDOUT, env=env,
+                        start_new_session=True)
+        output, timed_out = _exchange(process, stdin, clock.now() + timeout)
     except (OSError, ValueError) as error:
+        if process is not None:
+            _ended(process)
+            raise
         reason = error.strerror if isinstance(error, OSError) and error.strerror else error
         return Told(what, False, f"could not start: {reason}"), None
-    try:
-        output, timed_out = _exchange(process, stdin, clock.now() + timeout)
     except BaseException:
         # pglock is going (a SIGTERM, Ctrl-C): its hook, in a session of its own that no
         # signal to pglock's group reaches, goes with it.
-        _ended(process)
+        if process is not None:
+            _ended(process)
         raise
     finally:
-        for stream in (process.stdin, process.stdout):
-            if stream is not None:
-                with contextlib.suppress(OSError):
-                    stream.close()
+        if process is not None:
+            for stream in (process.stdin, process.stdout):
+                if stream is not None:
+                    with contextlib.suppress(OSError):
+                        stream.close()
     if timed_out:
         with contextlib.suppress(ProcessLookupError, PermissionError):
             os.killpg(process.pid, signal.SIGKILL)
@@ -60,6 +66,24 @@ def run_hook(name: str, command: str, env: dict[str, str], stdin: bytes,
     said = escaped(output.decode(errors="replace").strip().replace("\n", " | "))
     detail = f"killed by signal {-code}" if code < 0 else f"exited {code}"
     return Told(what, False, detail + (f": {said}" if said else "")), code
+
+
+class _Hook(subprocess.Popen[bytes]):
+    """The hook's process. A stop signal that lands while Popen is still setting it up
+    (after the fork: the hook may already run) is raised out of __init__, and no caller
+    ever gets the process to end: its whole group is killed here then."""
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        try:
+            super().__init__(*args, **kwargs)
+        except BaseException:
+            pid = getattr(self, "pid", None)
+            if pid:
+                with contextlib.suppress(ProcessLookupError, PermissionError):
+                    os.killpg(pid, signal.SIGKILL)
+                with contextlib.suppress(ChildProcessError):
+                    os.waitpid(pid, 0)
+            raise
 
 
 def _ended(process: subprocess.Popen[bytes]) -> None:
