@@ -318,6 +318,9 @@ class Slot:
                               database.first_line(error))
                     conn = self._reconnect()
                     continue
+                # Answered: a later cut (a second promotion, after a wait) has its own
+                # --connect-timeout.
+                cut_until = None
                 if outcome is lease.Attempt.WON:
                     self.notifier.acquired(self.claim.fencing_token, self.claim.slot)
                     self.sent = sent
