@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import contextlib
+import logging
 import os
 import re
 import signal
@@ -202,3 +203,20 @@ def one_line(stderr: str) -> str:
     assert lines[0].startswith("pglock: "), lines[0]
     assert "Traceback" not in stderr
     return lines[0]
+
+
+@pytest.fixture(autouse=True)
+def logging_restored() -> Iterator[None]:
+    """An in-process CLI call configures logging for a process (boundary.configure_output:
+    pglock's logger stops propagating unless -v, or takes nothing with -q); pglock's
+    logger is put back after each test with setLevel, which also empties the loggers'
+    cache of what is enabled (a level put back by assignment left a cached "WARNING is
+    off", and a later test's caplog on the same worker saw no record: test_output, in CI).
+    The root logger's handlers are pytest's own, changed by it between a test's phases:
+    only its level is put back."""
+    root, own = logging.getLogger(), logging.getLogger("pglock")
+    saved = (root.level, list(own.handlers), own.level, own.propagate)
+    yield
+    own.handlers, own.propagate = saved[1], saved[3]
+    root.setLevel(saved[0])
+    own.setLevel(saved[2])

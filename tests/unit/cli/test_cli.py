@@ -38,8 +38,11 @@ def pglock_cli(capsys: pytest.CaptureFixture[str],
     saved = (root.handlers[:], root.level, own.handlers[:], own.level, own.propagate)
 
     def restore() -> None:
-        root.handlers[:], root.level = saved[0][:], saved[1]
-        own.handlers[:], own.level, own.propagate = saved[2][:], saved[3], saved[4]
+        # setLevel, not `.level =`: it also empties the loggers' cache of what is enabled.
+        root.handlers[:] = saved[0][:]
+        root.setLevel(saved[1])
+        own.handlers[:], own.propagate = saved[2][:], saved[4]
+        own.setLevel(saved[3])
 
     def call(*argv: str) -> Said:
         restore()
@@ -373,6 +376,7 @@ def test_main_called_twice_says_each_error_once(capsys: pytest.CaptureFixture[st
             assert cli.main([*RUN, "--ttl", "5x", "--", "true"]) == 2
             assert capsys.readouterr().err.count("\n") == 1
     finally:
-        own.handlers[:], own.level, own.propagate = saved
+        own.handlers[:], own.propagate = saved[0], saved[2]
+        own.setLevel(saved[1])
         logging.getLogger().handlers[:] = [
             h for h in logging.getLogger().handlers if not isinstance(h, logging.NullHandler)]
