@@ -28,7 +28,7 @@ class Called:
 
 
 @contextlib.contextmanager
-def _process_state_kept() -> Iterator[None]:
+def process_state_kept() -> Iterator[None]:
     """`run` installs signal handlers and a wake-up fd; logging gains handlers per call."""
     handlers = {signum: signal.getsignal(signum) for signum in
                 (signal.SIGTERM, signal.SIGINT, signal.SIGHUP, signal.SIGQUIT,
@@ -55,7 +55,7 @@ def invoke(*argv: str, env: dict[str, str] | None = None) -> Called:
     saved = {name: os.environ.get(name) for name in env or {}}
     os.environ.update(env or {})
     try:
-        with _process_state_kept(), contextlib.redirect_stdout(out), \
+        with process_state_kept(), contextlib.redirect_stdout(out), \
                 contextlib.redirect_stderr(err):
             code = cli.main(list(argv))
     finally:

@@ -4,7 +4,6 @@ does not parse (exit 125), never a server."""
 
 from __future__ import annotations
 
-import logging
 from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from importlib import metadata
@@ -13,6 +12,8 @@ import pytest
 
 import pglock
 from pglock.cli import app as cli
+
+from ..inprocess import process_state_kept
 
 # Parsed before anything connects, and refused with exit 125: no test here reaches a server.
 NO_DATABASE = "pglock-unit-tests-reach-no-database"
@@ -32,27 +33,17 @@ Pglock = Callable[..., Said]
 def pglock_cli(capsys: pytest.CaptureFixture[str],
                monkeypatch: pytest.MonkeyPatch) -> Iterator[Pglock]:
     """Call cli.main(argv) as a fresh process would: main() sets up logging each call, so
-    the logging state is put back before every call and after the test."""
+    the process's state is put back after every call."""
     monkeypatch.setenv("PGLOCK_DSN", NO_DATABASE)
-    root, own = logging.getLogger(), logging.getLogger("pglock")
-    saved = (root.handlers[:], root.level, own.handlers[:], own.level, own.propagate)
-
-    def restore() -> None:
-        # setLevel, not `.level =`: it also empties the loggers' cache of what is enabled.
-        root.handlers[:] = saved[0][:]
-        root.setLevel(saved[1])
-        own.handlers[:], own.propagate = saved[2][:], saved[4]
-        own.setLevel(saved[3])
 
     def call(*argv: str) -> Said:
-        restore()
         capsys.readouterr()
-        code = cli.main(list(argv))
+        with process_state_kept():
+            code = cli.main(list(argv))
         out, err = capsys.readouterr()
         return Said(code, out, err)
 
     yield call
-    restore()
 
 
 RUN = ("run", "--job", "x")
@@ -369,14 +360,8 @@ def test_a_dsn_that_does_not_parse_never_shows_the_password(pglock_cli: Pglock) 
 def test_main_called_twice_says_each_error_once(capsys: pytest.CaptureFixture[str],
                                                 monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setenv("PGLOCK_DSN", NO_DATABASE)
-    own = logging.getLogger("pglock")
-    saved = own.handlers[:], own.level, own.propagate
-    try:
+    # Both calls in one process state: a second main() must not add a second handler.
+    with process_state_kept():
         for _ in range(2):
             assert cli.main([*RUN, "--ttl", "5x", "--", "true"]) == 2
             assert capsys.readouterr().err.count("\n") == 1
-    finally:
-        own.handlers[:], own.propagate = saved[0], saved[2]
-        own.setLevel(saved[1])
-        logging.getLogger().handlers[:] = [
-            h for h in logging.getLogger().handlers if not isinstance(h, logging.NullHandler)]
