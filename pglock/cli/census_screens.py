@@ -215,7 +215,7 @@ def turns_screen(found: Turns, place: str, schema: str) -> Screen:
     rest = len(found.ranked) - found.candidates
     if rest > 0:
         screen.parts.append(f"\n{rest} more host{'s' if rest != 1 else ''} of its roster "
-                            "ask nothing for this slot")
+                            f"ask{'' if rest != 1 else 's'} nothing for this slot")
     return screen
 
 

@@ -9,7 +9,7 @@ import re
 
 import pytest
 from conftest import Env
-from operating import on_terminal
+from operating import on_terminal, pglock_json
 
 HOSTS = ("web-frontend-eu-west-1a", "web-frontend-eu-west-1b", "batch-02", "batch-03")
 # Each test's hosts wait out a candidate step: the slow layer.
@@ -50,9 +50,17 @@ def test_hosts_next_on_a_terminal(fired: Env, columns: int) -> None:
     plain = ANSI_CODES.sub("", drawn)
     assert code == 0, plain
     assert "candidates of sync" in plain and "RANK" in plain, plain
-    ranked = [host for host in HOSTS if host in plain]
-    assert len(ranked) == 2, plain  # K of the four, each whole on the terminal
-    assert "2 more hosts of its roster ask nothing for this slot" in " ".join(plain.split())
+    # What the screen shows is what --json says (the roster: the hosts not silent and
+    # not past their turn, which the triggers' timing decides): the first K whole, in
+    # rank order, and a count of the rest.
+    ranked = [row["host"] for row in pglock_json(fired, "hosts", "--job", "sync", "--next")[
+        "ranked"]]
+    shown = sorted((plain.index(host), host) for host in HOSTS if host in plain)
+    assert [host for _, host in shown] == ranked[:2], plain
+    rest, said = len(ranked) - 2, " ".join(plain.split())
+    if rest > 0:
+        assert (f"{rest} more host{'s' if rest != 1 else ''} of its roster "
+                f"ask{'' if rest != 1 else 's'} nothing for this slot") in said, plain
     assert all(len(line) <= columns for line in plain.splitlines()), plain
 
 
